@@ -1,0 +1,143 @@
+/*
+ * backend.c — finds glibc's allocator functions without dlsym.
+ *
+ * Owns: vmap_libc (written once during init, read-only afterwards).
+ *
+ * How: dl_iterate_phdr (no allocation; the loader's write lock is recursive)
+ * finds libc.so.6; its PT_DYNAMIC gives the symbol, string, GNU hash and
+ * version tables; each name is looked up with the GNU hash and the default
+ * (non-hidden) version is taken.  This reaches glibc's definitions even though
+ * this library exports the same names (__libc_malloc, malloc_usable_size...).
+ *
+ * Called by: alloc.c (init).
+ */
+#include "backend.h"
+
+#include <elf.h>
+#include <link.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fmt.h"
+
+struct vmap_libc vmap_libc;
+
+struct elf_tables {
+	uintptr_t base;
+	const ElfW(Sym) *symtab;
+	const char *strtab;
+	const uint32_t *gnu_hash;
+	const ElfW(Half) *versym;
+};
+
+static bool name_is_libc(const char *name)
+{
+	/* ".../libc.so.6" */
+	const char *last = name;
+	for (const char *p = name; *p; p++)
+		if (*p == '/')
+			last = p + 1;
+	const char *want = "libc.so.6";
+	for (int i = 0; want[i]; i++)
+		if (last[i] != want[i])
+			return false;
+	return last[9] == '\0';
+}
+
+static int find_libc(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	struct elf_tables *t = data;
+	if (!info->dlpi_name || !name_is_libc(info->dlpi_name))
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
+			continue;
+		const ElfW(Dyn) *d = (const void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+		for (; d->d_tag != DT_NULL; d++) {
+			uintptr_t v = d->d_un.d_ptr;
+			/* ld.so relocates these in place on most targets; not on all. */
+			if (v < info->dlpi_addr)
+				v += info->dlpi_addr;
+			switch (d->d_tag) {
+			case DT_SYMTAB: t->symtab = (const void *)v; break;
+			case DT_STRTAB: t->strtab = (const void *)v; break;
+			case DT_GNU_HASH: t->gnu_hash = (const void *)v; break;
+			case DT_VERSYM: t->versym = (const void *)v; break;
+			}
+		}
+		t->base = info->dlpi_addr;
+		return 1;
+	}
+	return 0;
+}
+
+static uint32_t gnu_hash(const char *s)
+{
+	uint32_t h = 5381;
+	for (; *s; s++)
+		h = h * 33 + (unsigned char)*s;
+	return h;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+	while (*a && *a == *b)
+		a++, b++;
+	return *a == *b;
+}
+
+static void *lookup(const struct elf_tables *t, const char *name)
+{
+	const uint32_t *ht = t->gnu_hash;
+	uint32_t nbuckets = ht[0], symoffset = ht[1], bloom_size = ht[2];
+	const ElfW(Addr) *bloom = (const void *)&ht[4];
+	const uint32_t *buckets = (const void *)&bloom[bloom_size];
+	const uint32_t *chain = &buckets[nbuckets];
+	uint32_t h = gnu_hash(name);
+	uint32_t idx = buckets[h % nbuckets];
+	if (idx < symoffset)
+		return NULL;
+	for (;; idx++) {
+		uint32_t h2 = chain[idx - symoffset];
+		const ElfW(Sym) *sym = &t->symtab[idx];
+		if ((h | 1) == (h2 | 1) && sym->st_shndx != SHN_UNDEF &&
+		    str_eq(name, t->strtab + sym->st_name) &&
+		    (!t->versym || !(t->versym[idx] & 0x8000)))
+			return (void *)(t->base + sym->st_value);
+		if (h2 & 1)
+			return NULL;
+	}
+}
+
+int vmap_backend_init(void)
+{
+	struct elf_tables t = {0};
+	if (!dl_iterate_phdr(find_libc, &t) || !t.symtab || !t.strtab || !t.gnu_hash) {
+		vmap_say("cannot find glibc's libc.so.6 and its symbol tables; ",
+			 "vmapalloc needs a dynamically linked glibc program", NULL);
+		return -1;
+	}
+	struct {
+		const char *name;
+		void **slot;
+	} want[] = {
+		{"__libc_malloc", (void **)&vmap_libc.malloc},
+		{"__libc_free", (void **)&vmap_libc.free},
+		{"__libc_calloc", (void **)&vmap_libc.calloc},
+		{"__libc_realloc", (void **)&vmap_libc.realloc},
+		{"__libc_memalign", (void **)&vmap_libc.memalign},
+		{"malloc_usable_size", (void **)&vmap_libc.usable_size},
+		{"malloc_trim", (void **)&vmap_libc.trim},
+		{"mallinfo2", (void **)&vmap_libc.mallinfo2},
+		{"mallopt", (void **)&vmap_libc.mallopt},
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		*want[i].slot = lookup(&t, want[i].name);
+		if (!*want[i].slot) {
+			vmap_say("glibc does not export ", want[i].name, "; cannot run");
+			return -1;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,35 @@
+/*
+ * backend.h — the small backends and the route to glibc.
+ *
+ * glibc's own allocator is reached through its exported __libc_* functions,
+ * looked up in libc.so.6's own dynamic symbol table (not through the global
+ * scope, where our own exported __libc_malloc would be found first, and not
+ * with dlsym, which can allocate and takes the loader's locks).
+ */
+#ifndef VMAP_BACKEND_H
+#define VMAP_BACKEND_H
+
+#include <malloc.h>
+#include <stddef.h>
+#include <stdio.h>
+
+struct vmap_libc {
+	void *(*malloc)(size_t);
+	void (*free)(void *);
+	void *(*calloc)(size_t, size_t);
+	void *(*realloc)(void *, size_t);
+	void *(*memalign)(size_t, size_t);
+	size_t (*usable_size)(void *);
+	int (*trim)(size_t);
+	struct mallinfo2 (*mallinfo2)(void);
+	int (*mallopt)(int, int);
+};
+
+extern struct vmap_libc vmap_libc;
+
+enum vmap_backend { VMAP_BACKEND_LIBC = 0 };
+
+/* Resolves glibc's functions; 0, or -1 after printing why. */
+int vmap_backend_init(void);
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * counter.c — the lazily upgraded atomic -> per-CPU statistics counters.
+ *
+ * Owns: vmap_counter_base[] (always updated atomically), the slot block
+ * (mapped with a raw mmap, never malloc), the mode, the peak.
+ *
+ * Invariants:
+ *  - base + sum(slots) is the exact value at every instant an update is not
+ *    in flight; a fold moves a value from a slot to the base with an atomic
+ *    exchange followed by an atomic add, so nothing is lost or counted twice.
+ *  - vmap_counter_slots goes from NULL to a block once (CAS) and never back;
+ *    the block is never unmapped (readers may still hold it).
+ *
+ * Batch: max(32, 2 x ncpu) pages' worth of bytes, the kernel's
+ * percpu_counter_batch scaled to bytes (kernel-design.md §7.6): the approximate
+ * read is off by at most batch x ncpu, far below the purge threshold.
+ *
+ * Called by: every module that counts; alloc.c switches the mode when it sees
+ * the second thread.
+ */
+#include "counter.h"
+
+#include <sys/mman.h>
+
+#include "os.h"
+
+int64_t vmap_counter_base[VMAP_STAT_COUNT];
+int64_t *vmap_counter_slots;
+unsigned vmap_counter_nslots = 1;
+int64_t vmap_counter_batch = 32 * 4096;
+int64_t vmap_stat_peak_large_bytes;
+static uint64_t vmap_counter_switched_at;
+
+void vmap_counter_init(unsigned ncpu)
+{
+	unsigned n = ncpu ? ncpu : 1;
+	if (n > 256)
+		n = 256;
+	vmap_counter_nslots = n;
+	int64_t pages = 2 * (int64_t)n > 32 ? 2 * (int64_t)n : 32;
+	vmap_counter_batch = pages * 4096;
+}
+
+void vmap_stat_note_peak(int64_t v)
+{
+	int64_t old = __atomic_load_n(&vmap_stat_peak_large_bytes, __ATOMIC_RELAXED);
+	while (v > old && !__atomic_compare_exchange_n(&vmap_stat_peak_large_bytes, &old, v, true,
+						       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+	}
+}
+
+void vmap_stat_reset_peak(void)
+{
+	__atomic_store_n(&vmap_stat_peak_large_bytes, vmap_stat_read(VMAP_STAT_large_bytes_in_use),
+			 __ATOMIC_RELAXED);
+}
+
+void vmap_counter_fold(int64_t *slot, enum vmap_stat s)
+{
+	int64_t v = __atomic_exchange_n(slot, 0, __ATOMIC_RELAXED);
+	int64_t now = __atomic_add_fetch(&vmap_counter_base[s], v, __ATOMIC_RELAXED);
+	if (s == VMAP_STAT_large_bytes_in_use)
+		vmap_stat_note_peak(now);
+}
+
+int64_t vmap_stat_read_approx(enum vmap_stat s)
+{
+	return __atomic_load_n(&vmap_counter_base[s], __ATOMIC_RELAXED);
+}
+
+int64_t vmap_stat_read(enum vmap_stat s)
+{
+	int64_t v = __atomic_load_n(&vmap_counter_base[s], __ATOMIC_RELAXED);
+	int64_t *slots = __atomic_load_n(&vmap_counter_slots, __ATOMIC_ACQUIRE);
+	if (slots)
+		for (unsigned c = 0; c < vmap_counter_nslots; c++)
+			v += __atomic_load_n(&slots[c * VMAP_STAT_STRIDE + s], __ATOMIC_RELAXED);
+	return v;
+}
+
+bool vmap_counter_go_percpu(void)
+{
+	if (__atomic_load_n(&vmap_counter_slots, __ATOMIC_ACQUIRE))
+		return true;
+	size_t len = (size_t)vmap_counter_nslots * VMAP_STAT_STRIDE * sizeof(int64_t);
+	len = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	int64_t *block = vmap_os_mmap(NULL, len, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (vmap_os_is_err(block))
+		return false; /* stay atomic: correct, only slower under contention */
+	int64_t *expected = NULL;
+	if (!__atomic_compare_exchange_n(&vmap_counter_slots, &expected, block, false,
+					 __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+		vmap_os_munmap(block, len); /* another thread won */
+		return true;
+	}
+	vmap_counter_switched_at = vmap_os_now_ns();
+	__atomic_add_fetch(&vmap_counter_base[VMAP_STAT_counter_mode_switches], 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&vmap_counter_base[VMAP_STAT_mapped_bytes], (int64_t)len, __ATOMIC_RELAXED);
+	return true;
+}
+
+bool vmap_counter_is_percpu(void)
+{
+	return __atomic_load_n(&vmap_counter_slots, __ATOMIC_ACQUIRE) != NULL;
+}
+
+uint64_t vmap_counter_switch_ns(void)
+{
+	return vmap_counter_switched_at;
+}

@@ -1,0 +1,65 @@
+/*
+ * counter.h — the statistics counters: one atomic word each while the process
+ * has one thread, per-CPU slots once it has two (seed 001, DESIGN.md §4).
+ *
+ * Add:  atomic mode  -> one relaxed atomic add on the base.
+ *       per-CPU mode -> one relaxed atomic add on this CPU's slot (its own cache
+ *                       line per CPU); when |slot| reaches the batch, the slot is
+ *                       exchanged with 0 and folded into the base atomically.
+ * The base is updated atomically in both modes, so no update is lost at the
+ * switch.  Reads: approximate = base; exact = base + every slot.
+ * The switch happens once, for all counters together, and never back.
+ */
+#ifndef VMAP_COUNTER_H
+#define VMAP_COUNTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum vmap_stat {
+#define X(name, kind, doc) VMAP_STAT_##name,
+#include "stats.def"
+#undef X
+	VMAP_STAT_COUNT
+};
+
+/* Slot block per CPU: every counter of one CPU, padded to cache lines. */
+#define VMAP_STAT_STRIDE (((VMAP_STAT_COUNT * 8) + 63) / 64 * 8)
+
+extern int64_t vmap_counter_base[VMAP_STAT_COUNT];
+extern int64_t *vmap_counter_slots; /* NULL in atomic mode */
+extern unsigned vmap_counter_nslots;
+extern int64_t vmap_counter_batch;
+
+void vmap_counter_fold(int64_t *slot, enum vmap_stat s);
+
+/* Adds d to counter s; cpu is the caller's CPU hint (any value is correct). */
+static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
+{
+	int64_t *slots = __atomic_load_n(&vmap_counter_slots, __ATOMIC_ACQUIRE);
+	if (!slots) {
+		__atomic_add_fetch(&vmap_counter_base[s], d, __ATOMIC_RELAXED);
+		return;
+	}
+	int64_t *slot = &slots[(cpu % vmap_counter_nslots) * VMAP_STAT_STRIDE + s];
+	int64_t v = __atomic_add_fetch(slot, d, __ATOMIC_RELAXED);
+	if (__builtin_expect(v >= vmap_counter_batch || v <= -vmap_counter_batch, 0))
+		vmap_counter_fold(slot, s);
+}
+
+int64_t vmap_stat_read(enum vmap_stat s);        /* exact */
+int64_t vmap_stat_read_approx(enum vmap_stat s); /* base only */
+
+/* Peak of large_bytes_in_use, maintained at folds and on atomic-mode adds. */
+extern int64_t vmap_stat_peak_large_bytes;
+void vmap_stat_note_peak(int64_t v);
+void vmap_stat_reset_peak(void);
+
+/* Mode control.  mode: 0 auto, 1 atomic forever, 2 per-CPU from the start. */
+void vmap_counter_init(unsigned ncpu);
+/* Switches to per-CPU mode (idempotent); false if slots could not be had. */
+bool vmap_counter_go_percpu(void);
+bool vmap_counter_is_percpu(void);
+uint64_t vmap_counter_switch_ns(void);
+
+#endif

@@ -1,0 +1,147 @@
+/*
+ * fmt.c — formatting into a fixed buffer, flushed to an fd with raw write(2).
+ *
+ * Owns no state.  Never allocates.  Safe to call from the exit path and from
+ * a signal handler (no locks).
+ */
+#include "fmt.h"
+
+#include "os.h"
+
+void vmap_buf_flush(struct vmap_buf *b)
+{
+	if (b->fd >= 0 && b->len > 0)
+		vmap_os_write_all(b->fd, b->data, b->len);
+	if (b->fd >= 0)
+		b->len = 0;
+}
+
+void vmap_buf_mem(struct vmap_buf *b, const char *s, size_t n)
+{
+	while (n > 0) {
+		if (b->len == b->cap) {
+			if (b->fd < 0)
+				return; /* collect-only buffer: truncate */
+			vmap_buf_flush(b);
+		}
+		size_t room = b->cap - b->len, k = n < room ? n : room;
+		for (size_t i = 0; i < k; i++)
+			b->data[b->len + i] = s[i];
+		b->len += k;
+		s += k;
+		n -= k;
+	}
+}
+
+void vmap_buf_str(struct vmap_buf *b, const char *s)
+{
+	size_t n = 0;
+	while (s[n])
+		n++;
+	vmap_buf_mem(b, s, n);
+}
+
+void vmap_buf_char(struct vmap_buf *b, char c)
+{
+	vmap_buf_mem(b, &c, 1);
+}
+
+void vmap_buf_u64(struct vmap_buf *b, uint64_t v)
+{
+	char tmp[24];
+	int i = 24;
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	vmap_buf_mem(b, tmp + i, (size_t)(24 - i));
+}
+
+void vmap_buf_u64w(struct vmap_buf *b, uint64_t v, int w)
+{
+	int digits = 1;
+	for (uint64_t t = v; t >= 10; t /= 10)
+		digits++;
+	for (; digits < w; digits++)
+		vmap_buf_char(b, ' ');
+	vmap_buf_u64(b, v);
+}
+
+void vmap_buf_i64(struct vmap_buf *b, int64_t v)
+{
+	if (v < 0) {
+		vmap_buf_char(b, '-');
+		vmap_buf_u64(b, (uint64_t)0 - (uint64_t)v);
+	} else {
+		vmap_buf_u64(b, (uint64_t)v);
+	}
+}
+
+void vmap_buf_hex(struct vmap_buf *b, uint64_t v)
+{
+	char tmp[18];
+	int i = 18;
+	do {
+		tmp[--i] = "0123456789abcdef"[v & 15];
+		v >>= 4;
+	} while (v);
+	tmp[--i] = 'x';
+	tmp[--i] = '0';
+	vmap_buf_mem(b, tmp + i, (size_t)(18 - i));
+}
+
+void vmap_buf_bytes(struct vmap_buf *b, uint64_t v)
+{
+	static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+	if (v < 1024) {
+		vmap_buf_u64(b, v);
+		vmap_buf_str(b, " B");
+		return;
+	}
+	int u = 0;
+	uint64_t scale = 1;
+	while (u < 5 && v >= scale * 1024) {
+		scale *= 1024;
+		u++;
+	}
+	/* Two decimals below 10 units, one below 100, none above. */
+	uint64_t dec = v < scale * 10 ? 100 : v < scale * 100 ? 10 : 1;
+	uint64_t fixed = (uint64_t)(((unsigned __int128)v * dec + scale / 2) / scale);
+	vmap_buf_u64(b, fixed / dec);
+	if (dec > 1) {
+		uint64_t frac = fixed % dec;
+		vmap_buf_char(b, '.');
+		if (dec == 100)
+			vmap_buf_char(b, (char)('0' + frac / 10));
+		vmap_buf_char(b, (char)('0' + frac % 10));
+	}
+	vmap_buf_char(b, ' ');
+	vmap_buf_str(b, unit[u]);
+}
+
+void vmap_buf_size_opt(struct vmap_buf *b, uint64_t v)
+{
+	static const char suffix[] = "KMGT";
+	int s = -1;
+	while (v && s < 3 && (v & 1023) == 0) {
+		v >>= 10;
+		s++;
+	}
+	vmap_buf_u64(b, v);
+	if (s >= 0)
+		vmap_buf_char(b, suffix[s]);
+}
+
+void vmap_say(const char *a, const char *b, const char *c)
+{
+	VMAP_BUF(out, 2, 512);
+	vmap_buf_str(&out, "vmapalloc: ");
+	if (a)
+		vmap_buf_str(&out, a);
+	if (b)
+		vmap_buf_str(&out, b);
+	if (c)
+		vmap_buf_str(&out, c);
+	vmap_buf_char(&out, '\n');
+	vmap_buf_flush(&out);
+}

@@ -1,0 +1,43 @@
+/*
+ * fmt.h — formatting without malloc or stdio.
+ *
+ * A vmap_buf is a fixed buffer on the caller's stack bound to an fd; it
+ * flushes itself when full.  Everything vmapalloc prints (diagnostics, the
+ * option table, the report) goes through it, so printing can never re-enter
+ * the allocator.
+ */
+#ifndef VMAP_FMT_H
+#define VMAP_FMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct vmap_buf {
+	int fd;        /* -1: only collect (len may not exceed cap) */
+	size_t len;
+	size_t cap;
+	char *data;
+};
+
+#define VMAP_BUF(name, fd_, size)      \
+	char name##_data[size];        \
+	struct vmap_buf name = {(fd_), 0, (size), name##_data}
+
+void vmap_buf_flush(struct vmap_buf *b);
+void vmap_buf_mem(struct vmap_buf *b, const char *s, size_t n);
+void vmap_buf_str(struct vmap_buf *b, const char *s);
+void vmap_buf_char(struct vmap_buf *b, char c);
+void vmap_buf_u64(struct vmap_buf *b, uint64_t v);
+void vmap_buf_i64(struct vmap_buf *b, int64_t v);
+void vmap_buf_hex(struct vmap_buf *b, uint64_t v); /* 0x... */
+/* Bytes in units people read: "512 B", "3.4 KiB", "12.0 MiB", "1.50 GiB". */
+void vmap_buf_bytes(struct vmap_buf *b, uint64_t v);
+/* An integer padded on the left to width w. */
+void vmap_buf_u64w(struct vmap_buf *b, uint64_t v, int w);
+/* A size option value in its shortest exact K/M/G/T form ("64K", "1G", "12345"). */
+void vmap_buf_size_opt(struct vmap_buf *b, uint64_t v);
+
+/* One diagnostic line to stderr: "vmapalloc: <a><b><c>\n" (NULL parts skipped). */
+void vmap_say(const char *a, const char *b, const char *c);
+
+#endif

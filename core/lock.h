@@ -1,0 +1,76 @@
+/*
+ * lock.h — vmapalloc's one lock type and the lock ranks.
+ *
+ * A three-state futex mutex (0 free, 1 locked, 2 locked with waiters): one
+ * atomic exchange to take it uncontended, a short spin, then a futex sleep so
+ * that 64 threads on 2 cores do not burn their time slices spinning.
+ *
+ * Ranks: a thread that holds a lock of rank r takes only locks of a higher
+ * rank.  The fork handlers take every lock in rank order.  Debug builds
+ * (VMAP_DEBUG) check the order with a per-thread bitmask.
+ */
+#ifndef VMAP_LOCK_H
+#define VMAP_LOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "os.h"
+
+enum vmap_lock_rank {
+	VMAP_RANK_PURGE = 0,   /* the one purger (trylock only) */
+	VMAP_RANK_SHARD = 1,   /* per-shard: pools, free extents, chunk carving */
+	VMAP_RANK_GLOBAL = 2,  /* the arena's chunk map and region list */
+	VMAP_RANK_PROFILE = 3, /* reserved for the profile table */
+};
+
+struct vmap_lock {
+	volatile uint32_t word;
+};
+
+#define VMAP_LOCK_INIT {0}
+
+#ifdef VMAP_DEBUG
+void vmap_lock_rank_acquire(enum vmap_lock_rank rank);
+void vmap_lock_rank_release(enum vmap_lock_rank rank);
+#else
+static inline void vmap_lock_rank_acquire(enum vmap_lock_rank rank) { (void)rank; }
+static inline void vmap_lock_rank_release(enum vmap_lock_rank rank) { (void)rank; }
+#endif
+
+void vmap_lock_slow(struct vmap_lock *l);
+
+/* Returns true if the lock was contended (someone else held it). */
+static inline bool vmap_lock(struct vmap_lock *l, enum vmap_lock_rank rank)
+{
+	vmap_lock_rank_acquire(rank);
+	uint32_t z = 0;
+	if (__atomic_compare_exchange_n(&l->word, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return false;
+	vmap_lock_slow(l);
+	return true;
+}
+
+static inline bool vmap_trylock(struct vmap_lock *l, enum vmap_lock_rank rank)
+{
+	uint32_t z = 0;
+	if (!__atomic_compare_exchange_n(&l->word, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return false;
+	vmap_lock_rank_acquire(rank);
+	return true;
+}
+
+static inline void vmap_unlock(struct vmap_lock *l, enum vmap_lock_rank rank)
+{
+	vmap_lock_rank_release(rank);
+	if (__atomic_exchange_n(&l->word, 0, __ATOMIC_RELEASE) == 2)
+		vmap_os_futex_wake(&l->word, 1);
+}
+
+/* After fork, in the child: the lock is simply free (its holders are gone). */
+static inline void vmap_lock_reset(struct vmap_lock *l)
+{
+	__atomic_store_n(&l->word, 0, __ATOMIC_RELAXED);
+}
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * os.h — the one OS seam of vmapalloc.
+ *
+ * Contract (every function below):
+ *  - All system calls are raw (inline `syscall` instruction): vmapalloc
+ *    interposes mmap/munmap/mremap itself, so going through libc's wrappers
+ *    would re-enter it, and libc wrappers would also clobber errno.
+ *  - Results are 0 (or a value) on success and -errno on failure; errno is
+ *    never touched.  Pointer results use vmap_os_is_err().
+ *  - Addresses and lengths given to the memory calls are page-aligned.
+ *  - Nothing here allocates, takes a lock, or calls stdio.
+ *
+ * Unit tests replace these functions at link time (-Wl,--wrap) to inject
+ * failures; no function pointer sits between the core and the kernel.
+ */
+#ifndef VMAP_OS_H
+#define VMAP_OS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define VMAP_PAGE_SHIFT 12
+#define VMAP_PAGE ((size_t)1 << VMAP_PAGE_SHIFT)
+#define VMAP_HUGE_PAGE ((size_t)2 << 20)
+
+static inline int vmap_os_is_err(const void *p)
+{
+	return (uintptr_t)p >= (uintptr_t)-4095;
+}
+static inline int vmap_os_err(const void *p)
+{
+	return (int)-(intptr_t)p;
+}
+
+long vmap_os_syscall6(long nr, long a, long b, long c, long d, long e, long f);
+
+/* Memory. */
+void *vmap_os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+int vmap_os_munmap(void *addr, size_t len);
+int vmap_os_madvise(void *addr, size_t len, int advice);
+int vmap_os_mprotect(void *addr, size_t len, int prot);
+void *vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
+/* process_madvise(PIDFD_SELF, iov, n, advice): bytes advised or -errno. */
+long vmap_os_madvise_batch(const void *iov, size_t n, int advice);
+
+/* Reserve len bytes of address space, RW + NORESERVE (untouched pages are free). */
+void *vmap_os_reserve(size_t len, size_t align);
+
+/* Files, for /proc reads and the report. */
+int vmap_os_open(const char *path, int flags, int mode);
+long vmap_os_read(int fd, void *buf, size_t len);
+long vmap_os_write(int fd, const void *buf, size_t len);
+int vmap_os_close(int fd);
+/* Writes all of buf (retrying short writes and EINTR); 0 or -errno. */
+int vmap_os_write_all(int fd, const void *buf, size_t len);
+
+/* Process. */
+int vmap_os_getpid(void);
+int vmap_os_gettid(void);
+int vmap_os_prlimit(int resource, uint64_t *cur, uint64_t *max);
+unsigned vmap_os_cpu(void);      /* the CPU this thread runs on: a hint */
+unsigned vmap_os_ncpu(void);     /* configured CPUs, at least 1 */
+uint64_t vmap_os_now_ns(void);   /* CLOCK_MONOTONIC */
+void vmap_os_yield(void);
+_Noreturn void vmap_os_abort(void);
+_Noreturn void vmap_os_exit(int code);
+
+/* Futex wait/wake on a 32-bit word (private). */
+int vmap_os_futex_wait(volatile uint32_t *word, uint32_t expected);
+int vmap_os_futex_wake(volatile uint32_t *word, int n);
+
+#endif

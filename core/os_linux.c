@@ -1,0 +1,224 @@
+/*
+ * os_linux.c — the OS seam on Linux/x86_64 and aarch64 (see os.h for the contract).
+ *
+ * Owns: nothing but the raw system-call instruction.  Every function returns
+ * -errno instead of setting errno, so that free() can promise to preserve it
+ * and so that nothing here depends on libc's syscall wrappers (which vmapalloc
+ * interposes for mmap/munmap/mremap).
+ *
+ * Callers: every core module.  Unit tests wrap these symbols at link time.
+ */
+#include "os.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/uio.h>
+
+#ifndef SYS_process_madvise
+#define SYS_process_madvise 440
+#endif
+#ifndef PIDFD_SELF
+#define PIDFD_SELF (-10000)
+#endif
+
+long vmap_os_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+#if defined(__x86_64__)
+	long ret;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+#elif defined(__aarch64__)
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	register long x5 __asm__("x5") = f;
+	__asm__ volatile("svc 0"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			 : "memory");
+	return x0;
+#else
+#error "vmapalloc: add the raw system call for this architecture to core/os_linux.c"
+#endif
+}
+
+#define SC(nr, a, b, c, d, e, f) \
+	vmap_os_syscall6((nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+
+void *vmap_os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return (void *)SC(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+int vmap_os_munmap(void *addr, size_t len)
+{
+	return (int)SC(SYS_munmap, addr, len, 0, 0, 0, 0);
+}
+
+int vmap_os_madvise(void *addr, size_t len, int advice)
+{
+	return (int)SC(SYS_madvise, addr, len, advice, 0, 0, 0);
+}
+
+int vmap_os_mprotect(void *addr, size_t len, int prot)
+{
+	return (int)SC(SYS_mprotect, addr, len, prot, 0, 0, 0);
+}
+
+void *vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	return (void *)SC(SYS_mremap, old, old_len, new_len, flags, new_addr, 0);
+}
+
+long vmap_os_madvise_batch(const void *iov, size_t n, int advice)
+{
+	return SC(SYS_process_madvise, PIDFD_SELF, iov, n, advice, 0, 0);
+}
+
+void *vmap_os_reserve(size_t len, size_t align)
+{
+	size_t over = len + align;
+	if (over < len)
+		return (void *)(intptr_t)-12;
+	char *p = vmap_os_mmap(NULL, over, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (vmap_os_is_err(p))
+		return p;
+	uintptr_t a = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+	if (a > (uintptr_t)p)
+		vmap_os_munmap(p, a - (uintptr_t)p);
+	uintptr_t end = (uintptr_t)p + over, want = a + len;
+	if (end > want)
+		vmap_os_munmap((void *)want, end - want);
+	return (void *)a;
+}
+
+int vmap_os_open(const char *path, int flags, int mode)
+{
+	return (int)SC(SYS_openat, AT_FDCWD, path, flags | O_CLOEXEC, mode, 0, 0);
+}
+
+long vmap_os_read(int fd, void *buf, size_t len)
+{
+	return SC(SYS_read, fd, buf, len, 0, 0, 0);
+}
+
+long vmap_os_write(int fd, const void *buf, size_t len)
+{
+	return SC(SYS_write, fd, buf, len, 0, 0, 0);
+}
+
+int vmap_os_close(int fd)
+{
+	return (int)SC(SYS_close, fd, 0, 0, 0, 0, 0);
+}
+
+int vmap_os_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		long n = vmap_os_write(fd, p, len);
+		if (n == -4) /* EINTR */
+			continue;
+		if (n < 0)
+			return (int)n;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int vmap_os_getpid(void)
+{
+	return (int)SC(SYS_getpid, 0, 0, 0, 0, 0, 0);
+}
+
+int vmap_os_gettid(void)
+{
+	return (int)SC(SYS_gettid, 0, 0, 0, 0, 0, 0);
+}
+
+int vmap_os_prlimit(int resource, uint64_t *cur, uint64_t *max)
+{
+	struct rlimit64 {
+		uint64_t cur, max;
+	} r;
+	int rc = (int)SC(SYS_prlimit64, 0, resource, NULL, &r, 0, 0);
+	if (rc == 0) {
+		*cur = r.cur;
+		*max = r.max;
+	}
+	return rc;
+}
+
+unsigned vmap_os_cpu(void)
+{
+	/* glibc >= 2.35 answers from its rseq area (no system call); older ones
+	 * use the vDSO.  Only a hint: callers lock what they touch. */
+	int c = sched_getcpu();
+	return c < 0 ? 0u : (unsigned)c;
+}
+
+unsigned vmap_os_ncpu(void)
+{
+	/* Count CPUs in the affinity-independent "possible" set by asking the
+	 * kernel for our affinity mask first; it is what we can run on. */
+	unsigned long mask[16];
+	long n = SC(SYS_sched_getaffinity, 0, sizeof mask, mask, 0, 0, 0);
+	unsigned count = 0;
+	for (long i = 0; i < n / (long)sizeof(unsigned long); i++)
+		count += (unsigned)__builtin_popcountl(mask[i]);
+	return count ? count : 1;
+}
+
+uint64_t vmap_os_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void vmap_os_yield(void)
+{
+	SC(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+}
+
+_Noreturn void vmap_os_abort(void)
+{
+	int tid = vmap_os_gettid();
+	SC(SYS_tgkill, vmap_os_getpid(), tid, 6 /* SIGABRT */, 0, 0, 0);
+	/* SIGABRT was blocked or handled and returned: make sure we stop. */
+	SC(SYS_exit_group, 134, 0, 0, 0, 0, 0);
+	__builtin_unreachable();
+}
+
+_Noreturn void vmap_os_exit(int code)
+{
+	SC(SYS_exit_group, code, 0, 0, 0, 0, 0);
+	__builtin_unreachable();
+}
+
+int vmap_os_futex_wait(volatile uint32_t *word, uint32_t expected)
+{
+	return (int)SC(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, 0, 0);
+}
+
+int vmap_os_futex_wake(volatile uint32_t *word, int n)
+{
+	return (int)SC(SYS_futex, word, FUTEX_WAKE_PRIVATE, n, 0, 0, 0);
+}

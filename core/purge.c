@@ -1,0 +1,227 @@
+/*
+ * purge.c — lazy, batched return of cached areas to the system.
+ *
+ * A free does not give memory back: the area waits, resident, in its shard's
+ * pool, because reusing it costs nothing while refaulting it costs a fault per
+ * page (14-22 us each on the VM this was tuned on).  A purge runs when
+ *   - the cached bytes pass vmap_lazy_max (fls(ncpu) x 32 MiB, the kernel's
+ *     lazy_max_pages()): every pool decays by a quarter, oldest first, for at
+ *     most PURGE_ROUNDS rounds or until the cache is under 3/4 of the limit;
+ *   - or cached areas have waited longer than VMAPALLOC_PURGE_DELAY_MS: those
+ *     (and only those) are released, checked at most once per delay;
+ *   - or malloc_trim()/vmapalloc_purge() asks for everything.
+ * Victims are detached under each shard's lock (tag CACHED -> PURGING), then,
+ * with no lock held, sorted by address, merged into contiguous runs (areas
+ * carry their guard page, so neighbours are contiguous) and released with one
+ * process_madvise(PIDFD_SELF, iov[], MADV_DONTNEED) per 1024 runs where the
+ * kernel supports it, one madvise() per run otherwise.  Finally each victim is
+ * merged into its shard's free runs (known zero after MADV_DONTNEED).
+ *
+ * Owns: the purge lock (rank PURGE; trylock, so at most one purger and nobody
+ * waits for it except malloc_trim and fork), the victim and iovec buffers it
+ * protects, the batch-support flag.
+ *
+ * Called by: range.c (free path, arena exhaustion), alloc.c (malloc_trim).
+ */
+#include <sys/mman.h>
+#include <sys/uio.h>
+
+#include "counter.h"
+#include "options.h"
+#include "range.h"
+
+#define PURGE_MAX_VICTIMS 1024 /* also UIO_MAXIOV: one process_madvise per round */
+#define PURGE_ROUNDS 4         /* bound on the work one allocating thread does */
+
+struct victim {
+	uintptr_t a;
+	uint64_t pages;
+	uint64_t tag;
+};
+
+static struct vmap_lock vmap_purge_lock = VMAP_LOCK_INIT;
+static struct victim victims[PURGE_MAX_VICTIMS];
+static struct iovec iov[PURGE_MAX_VICTIMS];
+static uint64_t vmap_purge_next_ns;
+static int vmap_batch_state; /* 0 unknown, 1 works, -1 unsupported */
+
+enum purge_mode { PURGE_PRESSURE, PURGE_AGE, PURGE_ALL };
+
+static unsigned collect(enum purge_mode mode, uint64_t older_than)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < vmap_nshards && n < PURGE_MAX_VICTIMS; i++) {
+		struct vmap_shard *s = &vmap_shards[i];
+		if (!__atomic_load_n(&s->cached_bytes, __ATOMIC_RELAXED))
+			continue;
+		vmap_shard_lock(s);
+		int64_t released = 0;
+		/* Largest classes first: they hold the most memory per entry. */
+		for (unsigned c = VMAP_NCLASSES; c-- > 0 && n < PURGE_MAX_VICTIMS;) {
+			struct vmap_pool *p = &s->pool[c];
+			if (!p->count)
+				continue;
+			uint32_t take = mode == PURGE_ALL        ? p->count
+					: mode == PURGE_PRESSURE ? (p->count + 3) / 4
+								 : p->count;
+			while (take-- > 0 && p->tail && n < PURGE_MAX_VICTIMS) {
+				uintptr_t a = p->tail;
+				struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+				if (mode == PURGE_AGE && e->stamp > older_than)
+					break; /* the rest of this pool is younger */
+				vmap_pool_remove_locked(s, c, a);
+				uint64_t t = e->tag, pages = vmap_tag_pages(t);
+				__atomic_store_n(&e->tag,
+						 vmap_tag_make(VMAP_ST_PURGING, s->id, pages, t & VMAP_TAG_BIG),
+						 __ATOMIC_RELAXED);
+				victims[n++] = (struct victim){a, pages, t};
+				released += (int64_t)(pages << VMAP_PAGE_SHIFT);
+			}
+		}
+		s->cached_bytes -= (uint64_t)released;
+		vmap_shard_unlock(s);
+		vmap_stat_add_cpu(i, VMAP_STAT_cached_bytes, -released);
+	}
+	return n;
+}
+
+static void sort_victims(struct victim *v, unsigned n)
+{
+	/* Shell sort (Ciura gaps): n <= 1024, no recursion, no allocation. */
+	static const unsigned gaps[] = {701, 301, 132, 57, 23, 10, 4, 1};
+	for (unsigned g = 0; g < sizeof gaps / sizeof gaps[0]; g++) {
+		unsigned gap = gaps[g];
+		for (unsigned i = gap; i < n; i++) {
+			struct victim x = v[i];
+			unsigned j = i;
+			for (; j >= gap && v[j - gap].a > x.a; j -= gap)
+				v[j] = v[j - gap];
+			v[j] = x;
+		}
+	}
+}
+
+/* Releases the victims' pages; returns the number of system calls made. */
+static unsigned release(unsigned n, int advice)
+{
+	unsigned runs = 0;
+	size_t total = 0;
+	for (unsigned i = 0; i < n; i++) {
+		size_t len = (size_t)victims[i].pages << VMAP_PAGE_SHIFT;
+		if (runs && (uintptr_t)iov[runs - 1].iov_base + iov[runs - 1].iov_len == victims[i].a)
+			iov[runs - 1].iov_len += len;
+		else
+			iov[runs++] = (struct iovec){(void *)victims[i].a, len};
+		total += len;
+	}
+	if (vmap_batch_state >= 0 && runs > 1) {
+		long r = vmap_os_madvise_batch(iov, runs, advice);
+		if (r >= 0 && (size_t)r == total) {
+			vmap_batch_state = 1;
+			return 1;
+		}
+		if (r < 0 && vmap_batch_state == 0)
+			vmap_batch_state = -1; /* kernel without process_madvise(PIDFD_SELF, DONTNEED) */
+	}
+	for (unsigned i = 0; i < runs; i++)
+		vmap_os_madvise(iov[i].iov_base, iov[i].iov_len, advice);
+	return runs;
+}
+
+static void reinsert(unsigned n, bool zero)
+{
+	struct vmap_shard *s = NULL;
+	for (unsigned i = 0; i < n; i++) {
+		struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(victims[i].tag)];
+		if (owner != s) {
+			if (s)
+				vmap_shard_unlock(s);
+			s = owner;
+			vmap_shard_lock(s);
+		}
+		vmap_free_insert_locked(s, victims[i].a, victims[i].pages, zero,
+					victims[i].tag & VMAP_TAG_BIG);
+	}
+	if (s)
+		vmap_shard_unlock(s);
+}
+
+static size_t purge(enum purge_mode mode, uint64_t now)
+{
+	if (mode == PURGE_ALL)
+		vmap_lock(&vmap_purge_lock, VMAP_RANK_PURGE);
+	else if (!vmap_trylock(&vmap_purge_lock, VMAP_RANK_PURGE))
+		return 0; /* someone else is purging: carry on */
+	unsigned cpu = vmap_os_cpu();
+	vmap_stat_add_cpu(cpu, VMAP_STAT_shared_lock_acquisitions, 1);
+	uint64_t delay = vmap_opt.purge_delay_ms * 1000000ull;
+	uint64_t older_than = now > delay ? now - delay : 0;
+	int advice = vmap_opt.purge_advice == VMAP_ADVICE_FREE ? MADV_FREE : MADV_DONTNEED;
+	size_t bytes = 0;
+	unsigned syscalls = 0;
+	for (unsigned round = 0; mode == PURGE_ALL || round < PURGE_ROUNDS; round++) {
+		unsigned n = collect(mode, older_than);
+		if (!n)
+			break;
+		sort_victims(victims, n);
+		syscalls += release(n, advice);
+		reinsert(n, advice == MADV_DONTNEED);
+		for (unsigned i = 0; i < n; i++)
+			bytes += (size_t)victims[i].pages << VMAP_PAGE_SHIFT;
+		if (mode == PURGE_PRESSURE &&
+		    (uint64_t)vmap_stat_read_approx(VMAP_STAT_cached_bytes) <= vmap_lazy_max / 4 * 3)
+			break;
+		if (mode == PURGE_AGE && n < PURGE_MAX_VICTIMS)
+			break;
+	}
+	if (delay)
+		__atomic_store_n(&vmap_purge_next_ns, now + delay, __ATOMIC_RELAXED);
+	uint64_t spent = vmap_os_now_ns() - now;
+	vmap_unlock(&vmap_purge_lock, VMAP_RANK_PURGE);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_purges, 1);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_purged_bytes, (int64_t)bytes);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_purge_syscalls, syscalls);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_purge_ns, (int64_t)spent);
+	return bytes;
+}
+
+void vmap_purge_maybe(uint64_t now)
+{
+	int64_t cached = vmap_stat_read_approx(VMAP_STAT_cached_bytes);
+	if ((uint64_t)cached > vmap_lazy_max) {
+		purge(PURGE_PRESSURE, now);
+		return;
+	}
+	if (vmap_opt.purge_delay_ms && cached > 0 &&
+	    now >= __atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED)) {
+		if (__atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED) == 0) {
+			/* First time: nothing can be old yet; look again after one delay. */
+			__atomic_store_n(&vmap_purge_next_ns, now + vmap_opt.purge_delay_ms * 1000000ull,
+					 __ATOMIC_RELAXED);
+			return;
+		}
+		purge(PURGE_AGE, now);
+	}
+}
+
+size_t vmap_range_purge(bool all)
+{
+	if (!vmap_shards)
+		return 0;
+	return purge(all ? PURGE_ALL : PURGE_PRESSURE, vmap_os_now_ns());
+}
+
+void vmap_purge_fork_prepare(void)
+{
+	vmap_lock(&vmap_purge_lock, VMAP_RANK_PURGE);
+}
+
+void vmap_purge_fork_parent(void)
+{
+	vmap_unlock(&vmap_purge_lock, VMAP_RANK_PURGE);
+}
+
+void vmap_purge_fork_child(void)
+{
+	vmap_lock_reset(&vmap_purge_lock);
+}

@@ -1,0 +1,789 @@
+/*
+ * range.c — arena regions, chunks, shards, areas and per-size pools.
+ *
+ * The user-space analogue of Linux's vmalloc after "one vmap node per CPU"
+ * (seed 000): the arena is reserved once; shards (one per CPU) take 64 MiB
+ * chunks from it and carve areas out of their own free runs; a freed area goes
+ * to its owner shard's pool for its size and is reused while still resident;
+ * purge.c hands cold areas back to the system in batches.
+ *
+ *   arena region (64 GiB, RW + NORESERVE, 64 MiB aligned)
+ *   +----------+----------+----------+----------+---- ... ----+
+ *   | chunk    | chunk    | chunk    | free     |             |
+ *   | shard 0  | shard 1  | shard 0  | (global) |             |
+ *   | small    | small    | big/THP  |          |             |
+ *   +----------+----------+----------+----------+---- ... ----+
+ *   inside a chunk:  [area|g][area   |g][ free run ][area|g] ...
+ *                     g = guard page: part of the area, never handed out
+ *
+ * Owns: vmap_regions[] and their page tables and chunk maps, vmap_shards[].
+ *
+ * Invariants:
+ *  - A page-table tag is non-zero only at the head of an area or a free run,
+ *    and at the tail of a free run (see range.h).  Interior and freed
+ *    addresses therefore fail the O(1) check in free().
+ *  - LIVE -> CACHED is a CAS without a lock (so two frees of one block cannot
+ *    both win); every other tag change happens under the owner shard's lock.
+ *  - An area belongs to the shard that owns its chunk, for its whole life;
+ *    free runs merge only with runs of the same shard and kind (small/big).
+ *  - Areas of 2 MiB and more live in "big" chunks (2 MiB aligned, advised
+ *    MADV_HUGEPAGE) so transparent huge pages can back them; small areas never
+ *    share a chunk with them, so THP cannot inflate small blocks.
+ *  - No shard lock is held across a system call.
+ *
+ * Locks: shard->lock (rank SHARD) protects the shard's pools, bins and the
+ * tags of its areas; vmap_global_lock (rank GLOBAL) protects the chunk maps
+ * and region list; it is taken only to hand out chunks (once per 64 MiB).
+ *
+ * Called by: alloc.c (the facade), purge.c.
+ */
+#include "range.h"
+
+#include <sys/mman.h>
+
+#include "counter.h"
+#include "fmt.h"
+#include "options.h"
+
+#ifndef MADV_HUGEPAGE
+#define MADV_HUGEPAGE 14
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
+struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
+unsigned vmap_nregions;
+struct vmap_shard *vmap_shards;
+unsigned vmap_nshards = 1;
+uint64_t vmap_lazy_max;
+static struct vmap_lock vmap_global_lock = VMAP_LOCK_INIT;
+static uint64_t vmap_pool_exact; /* classes 1..this are exact page counts */
+static size_t vmap_reserve_size;
+static size_t vmap_shards_bytes;
+
+#define REGION_FLOOR ((size_t)256 << 20)
+
+/* ---- size classes ----------------------------------------------------- */
+
+static inline unsigned log2_floor(uint64_t x)
+{
+	return 63u - (unsigned)__builtin_clzll(x);
+}
+
+static unsigned class_ceil(uint64_t n)
+{
+	if (n <= vmap_pool_exact)
+		return (unsigned)n;
+	unsigned b = log2_floor(n - 1); /* 2^b < n <= 2^(b+1) */
+	uint64_t step = (uint64_t)1 << (b - 3);
+	uint64_t k = (n - ((uint64_t)1 << b) + step - 1) / step; /* 1..8 */
+	return 257 + b * 8 + (unsigned)(k - 1);
+}
+
+static uint64_t class_pages(unsigned c)
+{
+	if (c <= 256)
+		return c;
+	unsigned b = (c - 257) / 8, k = (c - 257) % 8 + 1;
+	return ((uint64_t)1 << b) + (uint64_t)k * ((uint64_t)1 << (b - 3));
+}
+
+unsigned vmap_class_floor(uint64_t n)
+{
+	if (n <= vmap_pool_exact)
+		return (unsigned)n;
+	unsigned b = log2_floor(n);
+	uint64_t step = (uint64_t)1 << (b - 3);
+	uint64_t size = ((uint64_t)1 << b) + (n - ((uint64_t)1 << b)) / step * step;
+	return class_ceil(size);
+}
+
+/* ---- regions and chunks ------------------------------------------------ */
+
+static int region_add(size_t want, size_t at_least)
+{
+	if (vmap_nregions >= VMAP_MAX_REGIONS)
+		return -12;
+	size_t size = want;
+	void *base;
+	for (;;) {
+		base = vmap_os_reserve(size, VMAP_CHUNK);
+		if (!vmap_os_is_err(base))
+			break;
+		/* Refused (strict overcommit, RLIMIT_AS, valgrind's 64 GiB limit):
+		 * halve down to the floor. */
+		if (size / 2 < REGION_FLOOR || size / 2 < at_least)
+			return vmap_os_err(base);
+		size /= 2;
+	}
+	size_t pages = size >> VMAP_PAGE_SHIFT;
+	size_t pt_bytes = (pages * sizeof(struct vmap_pte) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	size_t nchunks = size >> VMAP_CHUNK_SHIFT;
+	size_t owner_bytes = (nchunks * sizeof(uint16_t) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	void *pt = vmap_os_mmap(NULL, pt_bytes + owner_bytes, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (vmap_os_is_err(pt)) {
+		vmap_os_munmap(base, size);
+		return vmap_os_err(pt);
+	}
+	struct vmap_region *r = &vmap_regions[vmap_nregions];
+	r->base = (uintptr_t)base;
+	r->size = size;
+	r->pt = pt;
+	r->chunk_owner = (uint16_t *)((char *)pt + pt_bytes);
+	r->nchunks = nchunks;
+	r->pt_bytes = pt_bytes;
+	r->owner_bytes = owner_bytes;
+	__atomic_store_n(&vmap_nregions, vmap_nregions + 1, __ATOMIC_RELEASE);
+	vmap_stat_add_cpu(0, VMAP_STAT_regions, 1);
+	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)(size + pt_bytes + owner_bytes));
+	return 0;
+}
+
+/* Finds n free chunks in a row, marks them owned; global lock held. */
+static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n)
+{
+	uint16_t owner = (uint16_t)((shard + 1) | (big ? 0x8000u : 0));
+	for (unsigned i = 0; i < vmap_nregions; i++) {
+		struct vmap_region *r = &vmap_regions[i];
+		size_t run = 0;
+		for (size_t c = 0; c < r->nchunks; c++) {
+			run = r->chunk_owner[c] ? 0 : run + 1;
+			if (run == n) {
+				size_t first = c + 1 - n;
+				for (size_t k = first; k <= c; k++)
+					r->chunk_owner[k] = owner;
+				return r->base + (first << VMAP_CHUNK_SHIFT);
+			}
+		}
+	}
+	return 0;
+}
+
+static uintptr_t chunks_acquire(struct vmap_shard *s, bool big, size_t n)
+{
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
+	uintptr_t a = chunks_claim_locked(s->id, big, n);
+	if (!a) {
+		size_t want = vmap_reserve_size, need = n << VMAP_CHUNK_SHIFT;
+		if (want < need)
+			want = (need + VMAP_CHUNK - 1) & ~(VMAP_CHUNK - 1);
+		if (region_add(want, need) == 0)
+			a = chunks_claim_locked(s->id, big, n);
+	}
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	if (!a)
+		return 0;
+	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_taken, (int64_t)n);
+	if (big && vmap_opt.hugepage)
+		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_HUGEPAGE);
+	return a;
+}
+
+/* ---- shards ------------------------------------------------------------ */
+
+void vmap_shard_lock(struct vmap_shard *s)
+{
+	bool waited = vmap_lock(&s->lock, VMAP_RANK_SHARD);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_acquisitions, 1);
+	if (waited)
+		vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_contended, 1);
+}
+
+static inline struct vmap_shard *shard_here(unsigned *cpu)
+{
+	*cpu = vmap_os_cpu();
+	return &vmap_shards[*cpu % vmap_nshards];
+}
+
+/* ---- free runs (shard lock held) -------------------------------------- */
+
+static inline unsigned bin_of(uint64_t pages)
+{
+	unsigned b = log2_floor(pages);
+	return b < VMAP_FREE_BINS ? b : VMAP_FREE_BINS - 1;
+}
+
+static void bin_push(struct vmap_shard *s, bool big, struct vmap_pte *e, uintptr_t a,
+		     uint64_t pages)
+{
+	unsigned b = bin_of(pages);
+	uintptr_t head = s->free_bin[big][b];
+	e->next = head;
+	e->prev = 0;
+	if (head) {
+		struct vmap_region *r = vmap_region_of(head);
+		vmap_pte_of(r, head)->prev = a;
+	}
+	s->free_bin[big][b] = a;
+	s->free_bin_mask[big] |= 1ull << b;
+}
+
+static void bin_remove(struct vmap_shard *s, bool big, struct vmap_pte *e, uintptr_t a,
+		       uint64_t pages)
+{
+	unsigned b = bin_of(pages);
+	if (e->prev)
+		vmap_pte_of(vmap_region_of(e->prev), e->prev)->next = e->next;
+	else
+		s->free_bin[big][b] = e->next;
+	if (e->next)
+		vmap_pte_of(vmap_region_of(e->next), e->next)->prev = e->prev;
+	if (!s->free_bin[big][b])
+		s->free_bin_mask[big] &= ~(1ull << b);
+	(void)a;
+}
+
+/* Writes the head and tail tags of a free run and files it in its bin. */
+static void run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a,
+			   uint64_t pages, bool zero, bool big)
+{
+	uint64_t flags = (zero ? VMAP_TAG_ZERO : 0) | (big ? VMAP_TAG_BIG : 0);
+	struct vmap_pte *e = vmap_pte_of(r, a);
+	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_FREE, s->id, pages, flags), __ATOMIC_RELEASE);
+	if (pages > 1)
+		__atomic_store_n(&e[pages - 1].tag, vmap_tag_make(VMAP_ST_FREE_TAIL, s->id, pages, flags),
+				 __ATOMIC_RELAXED);
+	bin_push(s, big, e, a, pages);
+	s->free_pages[big] += pages;
+}
+
+/* Unfiles a free run and clears its tags. */
+static void run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t pages,
+			    bool big)
+{
+	bin_remove(s, big, e, a, pages);
+	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
+	if (pages > 1)
+		__atomic_store_n(&e[pages - 1].tag, 0, __ATOMIC_RELAXED);
+	s->free_pages[big] -= pages;
+}
+
+static bool same_run_owner(uint64_t t, unsigned shard, bool big)
+{
+	return vmap_tag_shard(t) == shard && !!(t & VMAP_TAG_BIG) == big;
+}
+
+void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages, bool zero,
+			     bool big)
+{
+	struct vmap_region *r = vmap_region_of(start);
+	struct vmap_pte *e = vmap_pte_of(r, start);
+	e->tag = 0;
+	/* Merge with a free run that ends just before us. */
+	if (start > r->base) {
+		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
+		unsigned st = vmap_tag_state(lt);
+		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
+		    same_run_owner(lt, s->id, big)) {
+			uint64_t lp = vmap_tag_pages(lt);
+			uintptr_t ls = start - (lp << VMAP_PAGE_SHIFT);
+			run_take_locked(s, vmap_pte_of(r, ls), ls, lp, big);
+			zero = zero && (lt & VMAP_TAG_ZERO);
+			start = ls;
+			pages += lp;
+		}
+	}
+	/* Merge with a free run that starts just after us. */
+	uintptr_t end = start + (pages << VMAP_PAGE_SHIFT);
+	if (end < r->base + r->size) {
+		struct vmap_pte *re = vmap_pte_of(r, end);
+		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED);
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && same_run_owner(rt, s->id, big)) {
+			uint64_t rp = vmap_tag_pages(rt);
+			run_take_locked(s, re, end, rp, big);
+			zero = zero && (rt & VMAP_TAG_ZERO);
+			pages += rp;
+		}
+	}
+	run_set_locked(s, r, start, pages, zero, big);
+}
+
+/*
+ * Carves an area of `pages` pages aligned to `align` bytes from the shard's
+ * free runs.  Looks at a few runs of the exact bin first (best use of space),
+ * then takes the head of the first larger bin, which always fits.
+ */
+static uintptr_t carve_locked(struct vmap_shard *s, bool big, uint64_t pages, size_t align,
+			      bool *zero)
+{
+	uint64_t need = pages + (align > VMAP_PAGE ? (align >> VMAP_PAGE_SHIFT) - 1 : 0);
+	uintptr_t found = 0;
+	unsigned b = bin_of(pages);
+	int budget = 8;
+	for (uintptr_t a = s->free_bin[big][b]; a && budget-- > 0;) {
+		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+		uint64_t m = vmap_tag_pages(e->tag);
+		uintptr_t al = (a + align - 1) & ~(uintptr_t)(align - 1);
+		if (al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
+			found = a;
+			break;
+		}
+		a = e->next;
+	}
+	if (!found) {
+		unsigned nb = bin_of(need) + 1;
+		uint64_t mask = nb < 64 ? s->free_bin_mask[big] & ~((1ull << nb) - 1) : 0;
+		if (!mask)
+			return 0;
+		found = s->free_bin[big][__builtin_ctzll(mask)];
+	}
+	struct vmap_region *r = vmap_region_of(found);
+	struct vmap_pte *e = vmap_pte_of(r, found);
+	uint64_t t = e->tag, m = vmap_tag_pages(t);
+	bool z = t & VMAP_TAG_ZERO;
+	run_take_locked(s, e, found, m, big);
+	uintptr_t al = (found + align - 1) & ~(uintptr_t)(align - 1);
+	uint64_t lead = (al - found) >> VMAP_PAGE_SHIFT;
+	uint64_t rest = m - lead - pages;
+	if (lead)
+		run_set_locked(s, r, found, lead, z, big);
+	if (rest)
+		run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, z, big);
+	*zero = z;
+	return al;
+}
+
+/* ---- pools (shard lock held) ------------------------------------------- */
+
+static void pool_push_locked(struct vmap_shard *s, unsigned cls, struct vmap_pte *e, uintptr_t a,
+			     uint64_t now)
+{
+	struct vmap_pool *p = &s->pool[cls];
+	e->next = p->head;
+	e->prev = 0;
+	e->stamp = now;
+	if (p->head)
+		vmap_pte_of(vmap_region_of(p->head), p->head)->prev = a;
+	else
+		p->tail = a;
+	p->head = a;
+	p->count++;
+}
+
+void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
+{
+	struct vmap_pool *p = &s->pool[cls];
+	struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+	if (e->prev)
+		vmap_pte_of(vmap_region_of(e->prev), e->prev)->next = e->next;
+	else
+		p->head = e->next;
+	if (e->next)
+		vmap_pte_of(vmap_region_of(e->next), e->next)->prev = e->prev;
+	else
+		p->tail = e->prev;
+	p->count--;
+}
+
+/* ---- the public range operations --------------------------------------- */
+
+/* Area pages (guard included) for a request, 0 on overflow. */
+static uint64_t area_pages(size_t size, bool *big, unsigned *cls)
+{
+	if (size > ((size_t)1 << 46))
+		return 0; /* 64 TiB: larger than any arena could be */
+	uint64_t n = ((size + VMAP_PAGE - 1) >> VMAP_PAGE_SHIFT) + 1;
+	if (n < 2)
+		n = 2;
+	*big = (n - 1) << VMAP_PAGE_SHIFT >= VMAP_BIG_MIN;
+	*cls = class_ceil(n);
+	return *cls < VMAP_NCLASSES ? class_pages(*cls) : n;
+}
+
+__attribute__((noinline, cold)) static void *alloc_carve(struct vmap_shard *s, unsigned cpu,
+							 uint64_t pages, bool big, size_t align,
+							 bool *zero)
+{
+	/* Shard lock held on entry, released on return. */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		uintptr_t a = carve_locked(s, big, pages, align, zero);
+		if (a) {
+			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+			__atomic_store_n(&e->tag,
+					 vmap_tag_make(VMAP_ST_LIVE, s->id, pages, big ? VMAP_TAG_BIG : 0),
+					 __ATOMIC_RELEASE);
+			vmap_shard_unlock(s);
+			vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
+			if (vmap_opt.populate && *zero)
+				vmap_os_madvise((void *)a, (pages - 1) << VMAP_PAGE_SHIFT,
+						MADV_POPULATE_WRITE);
+			return (void *)a;
+		}
+		vmap_shard_unlock(s);
+		if (attempt == 1)
+			vmap_range_purge(true); /* arena full: give everything back, retry */
+		uint64_t need = pages + (align >> VMAP_PAGE_SHIFT);
+		size_t nchunks = (size_t)((need + VMAP_CHUNK_PAGES - 1) / VMAP_CHUNK_PAGES);
+		uintptr_t c = chunks_acquire(s, big, nchunks);
+		vmap_shard_lock(s);
+		if (c)
+			vmap_free_insert_locked(s, c, (uint64_t)nchunks * VMAP_CHUNK_PAGES, true, big);
+	}
+	vmap_shard_unlock(s);
+	return NULL;
+}
+
+void *vmap_range_alloc(size_t size, size_t align, bool *zero)
+{
+	bool big;
+	unsigned cls, cpu;
+	uint64_t pages = area_pages(size, &big, &cls);
+	if (!pages || !vmap_nregions)
+		return NULL;
+	size_t natural = big ? VMAP_BIG_MIN : VMAP_PAGE;
+	if (align < natural)
+		align = natural;
+	struct vmap_shard *s = shard_here(&cpu);
+	vmap_shard_lock(s);
+	void *p;
+	struct vmap_pool *pool = cls < VMAP_NCLASSES ? &s->pool[cls] : NULL;
+	if (pool && pool->count && align == natural) {
+		uintptr_t a = pool->head;
+		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+		vmap_pool_remove_locked(s, cls, a);
+		uint64_t ap = vmap_tag_pages(e->tag);
+		s->cached_bytes -= ap << VMAP_PAGE_SHIFT;
+		__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, ap, big ? VMAP_TAG_BIG : 0),
+				 __ATOMIC_RELEASE);
+		vmap_shard_unlock(s);
+		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_hits, 1);
+		vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)(ap << VMAP_PAGE_SHIFT));
+		*zero = false;
+		pages = ap;
+		p = (void *)a;
+	} else {
+		p = alloc_carve(s, cpu, pages, big, align, zero);
+		if (!p)
+			return NULL;
+	}
+	int64_t usable = (int64_t)((pages - 1) << VMAP_PAGE_SHIFT);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_allocs, 1);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, 1);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_allocated, usable);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, usable);
+	if (!vmap_counter_slots)
+		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use));
+#ifdef VMAP_DEBUG
+	vmap_range_check();
+#endif
+	return p;
+}
+
+__attribute__((noinline, cold, noreturn)) static void invalid_pointer(const char *who,
+								     const void *p,
+								     uint64_t tag)
+{
+	VMAP_BUF(b, 2, 256);
+	vmap_buf_str(&b, "vmapalloc: ");
+	vmap_buf_str(&b, who);
+	vmap_buf_str(&b, "(): invalid pointer ");
+	vmap_buf_hex(&b, (uintptr_t)p);
+	unsigned st = vmap_tag_state(tag);
+	if (st == VMAP_ST_CACHED || st == VMAP_ST_PURGING || st == VMAP_ST_FREE)
+		vmap_buf_str(&b, " (double free: the block was already freed)");
+	else
+		vmap_buf_str(&b, " (not the start of a live block: interior pointer or double free?)");
+	vmap_buf_char(&b, '\n');
+	vmap_buf_flush(&b);
+	vmap_os_abort();
+}
+
+/* The one validating lookup: the pte of a live block start, or abort. */
+static struct vmap_pte *live_pte(const void *p, const char *who, uint64_t *tag)
+{
+	uintptr_t a = (uintptr_t)p;
+	struct vmap_region *r = vmap_region_of(a);
+	if (!r || (a & (VMAP_PAGE - 1)))
+		invalid_pointer(who, p, 0);
+	struct vmap_pte *e = vmap_pte_of(r, a);
+	uint64_t t = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
+	if (vmap_tag_state(t) != VMAP_ST_LIVE)
+		invalid_pointer(who, p, t);
+	*tag = t;
+	return e;
+}
+
+void vmap_range_free(void *p, const char *who)
+{
+	uint64_t t;
+	struct vmap_pte *e = live_pte(p, who, &t);
+	uint64_t pages = vmap_tag_pages(t);
+	uint64_t cached = vmap_tag_make(VMAP_ST_CACHED, vmap_tag_shard(t), pages, t & VMAP_TAG_BIG);
+	if (!__atomic_compare_exchange_n(&e->tag, &t, cached, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		invalid_pointer(who, p, t); /* lost a race with another free of p */
+	unsigned cpu = vmap_os_cpu();
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	uint64_t now = vmap_os_now_ns();
+	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
+	vmap_shard_lock(s);
+	pool_push_locked(s, vmap_class_floor(pages), e, (uintptr_t)p, now);
+	s->cached_bytes += (uint64_t)bytes;
+	vmap_shard_unlock(s);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
+	vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, bytes);
+#ifdef VMAP_DEBUG
+	vmap_range_check();
+#endif
+	vmap_purge_maybe(now);
+}
+
+size_t vmap_range_usable(const void *p, const char *who)
+{
+	uint64_t t;
+	live_pte(p, who, &t);
+	return (size_t)((vmap_tag_pages(t) - 1) << VMAP_PAGE_SHIFT);
+}
+
+bool vmap_range_owns(const void *p)
+{
+	return vmap_region_of((uintptr_t)p) != NULL;
+}
+
+bool vmap_range_resize(void *p, size_t size)
+{
+	uint64_t t;
+	struct vmap_pte *e = live_pte(p, "realloc", &t);
+	uint64_t pages = vmap_tag_pages(t);
+	if (size > ((size_t)1 << 46))
+		return false;
+	uint64_t want = ((size + VMAP_PAGE - 1) >> VMAP_PAGE_SHIFT) + 1;
+	if (want <= pages)
+		return true; /* fits already; the caller decides whether shrinking should move */
+	bool big = t & VMAP_TAG_BIG;
+	if (!big && (want - 1) << VMAP_PAGE_SHIFT >= VMAP_BIG_MIN)
+		return false; /* growing into the big kind: move to a THP-friendly chunk */
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	uintptr_t end = (uintptr_t)p + (pages << VMAP_PAGE_SHIFT);
+	struct vmap_region *r = vmap_region_of((uintptr_t)p);
+	bool done = false;
+	vmap_shard_lock(s);
+	if (end < r->base + r->size) {
+		struct vmap_pte *re = vmap_pte_of(r, end);
+		uint64_t rt = re->tag, rp = vmap_tag_pages(rt);
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && same_run_owner(rt, s->id, big) &&
+		    pages + rp >= want) {
+			run_take_locked(s, re, end, rp, big);
+			uint64_t extra = want - pages;
+			if (rp > extra)
+				run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra,
+					       rt & VMAP_TAG_ZERO, big);
+			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
+					 __ATOMIC_RELEASE);
+			done = true;
+			unsigned cpu = vmap_os_cpu();
+			int64_t grown = (int64_t)(extra << VMAP_PAGE_SHIFT);
+			vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, grown);
+			vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_allocated, grown);
+		}
+	}
+	vmap_shard_unlock(s);
+	return done;
+}
+
+void *vmap_range_move(void *p, size_t size, bool *moved)
+{
+	uint64_t t;
+	struct vmap_pte *e = live_pte(p, "realloc", &t);
+	uint64_t pages = vmap_tag_pages(t);
+	size_t old_usable = (size_t)((pages - 1) << VMAP_PAGE_SHIFT);
+	bool zero;
+	void *q = vmap_range_alloc(size, VMAP_PAGE, &zero);
+	*moved = false;
+	if (!q)
+		return NULL;
+	/* Move the page tables, not the bytes; the old range stays mapped (and
+	 * empty, hence zero) thanks to MREMAP_DONTUNMAP, so the arena keeps no
+	 * hole another mapping could take. */
+	void *m = vmap_os_mremap(p, old_usable, old_usable,
+				 MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
+	if (vmap_os_is_err(m))
+		return q; /* caller copies and frees p */
+	/* p is now zero-filled address space: straight back to free space. */
+	bool big = t & VMAP_TAG_BIG;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	unsigned cpu = vmap_os_cpu();
+	vmap_shard_lock(s);
+	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
+	vmap_free_insert_locked(s, (uintptr_t)p, pages, true, big);
+	vmap_shard_unlock(s);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(int64_t)old_usable);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_realloc_moved_pages, 1);
+	*moved = true;
+	return q;
+}
+
+/* ---- init, fork -------------------------------------------------------- */
+
+static size_t fit_reservation(size_t want)
+{
+	uint64_t cur, max;
+	if (vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur == UINT64_MAX)
+		return want;
+	/* Leave the program at least three quarters of what is left. */
+	char buf[64];
+	uint64_t vsize = 0;
+	int fd = vmap_os_open("/proc/self/statm", 0, 0);
+	if (fd >= 0) {
+		long n = vmap_os_read(fd, buf, sizeof buf - 1);
+		vmap_os_close(fd);
+		for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+			vsize = vsize * 10 + (uint64_t)(buf[i] - '0');
+		vsize <<= VMAP_PAGE_SHIFT;
+	}
+	uint64_t avail = cur > vsize ? cur - vsize : 0;
+	uint64_t fit = (avail / 4) & ~(uint64_t)(VMAP_CHUNK - 1);
+	return fit < want ? (size_t)fit : want;
+}
+
+int vmap_range_init(void)
+{
+	unsigned ncpu = vmap_os_ncpu();
+	unsigned n = vmap_opt.shards ? (unsigned)vmap_opt.shards : ncpu;
+	if (n > VMAP_MAX_SHARDS)
+		n = VMAP_MAX_SHARDS;
+	vmap_nshards = n ? n : 1;
+	vmap_pool_exact = vmap_opt.pool_pages < 8 ? 8 : vmap_opt.pool_pages;
+	vmap_lazy_max = vmap_opt.lazy_max ? vmap_opt.lazy_max
+					  : (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20);
+	vmap_shards_bytes = ((size_t)vmap_nshards * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
+			    ~(VMAP_PAGE - 1);
+	void *sh = vmap_os_mmap(NULL, vmap_shards_bytes, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (vmap_os_is_err(sh))
+		return vmap_os_err(sh);
+	vmap_shards = sh;
+	for (unsigned i = 0; i < vmap_nshards; i++)
+		vmap_shards[i].id = i;
+	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)vmap_shards_bytes);
+	vmap_reserve_size = fit_reservation(vmap_opt.reserve);
+	if (vmap_reserve_size < REGION_FLOOR)
+		return -12;
+	return region_add(vmap_reserve_size, REGION_FLOOR);
+}
+
+unsigned vmap_range_nshards(void)
+{
+	return vmap_nshards;
+}
+
+void vmap_range_thread_exit(void)
+{
+}
+
+void vmap_range_fork_prepare(void)
+{
+	for (unsigned i = 0; i < vmap_nshards; i++)
+		vmap_lock(&vmap_shards[i].lock, VMAP_RANK_SHARD);
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+}
+
+void vmap_range_fork_parent(void)
+{
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	for (unsigned i = vmap_nshards; i-- > 0;)
+		vmap_unlock(&vmap_shards[i].lock, VMAP_RANK_SHARD);
+}
+
+void vmap_range_fork_child(void)
+{
+	vmap_lock_reset(&vmap_global_lock);
+	for (unsigned i = 0; i < vmap_nshards; i++)
+		vmap_lock_reset(&vmap_shards[i].lock);
+}
+
+/* ---- debug model check --------------------------------------------------- */
+
+__attribute__((noreturn)) static void check_fail(const char *what, uintptr_t a)
+{
+	VMAP_BUF(b, 2, 256);
+	vmap_buf_str(&b, "vmapalloc: internal check failed: ");
+	vmap_buf_str(&b, what);
+	vmap_buf_str(&b, " at ");
+	vmap_buf_hex(&b, a);
+	vmap_buf_char(&b, '\n');
+	vmap_buf_flush(&b);
+	vmap_os_abort();
+}
+
+/*
+ * The slow, obvious model: walk every page of every claimed chunk in address
+ * order; areas and free runs must tile each chunk run exactly, tags must sit
+ * only at heads (and free tails), adjacent free runs of one owner must have
+ * been merged, and every pooled area and free run must be on exactly the list
+ * its tag says.  O(arena pages): unit tests only.
+ */
+void vmap_range_check(void)
+{
+	uint64_t pooled = 0, freed[VMAP_MAX_SHARDS][2] = {{0}};
+	for (unsigned i = 0; i < vmap_nregions; i++) {
+		struct vmap_region *r = &vmap_regions[i];
+		uintptr_t a = r->base, end = r->base + r->size;
+		uint64_t prev_free_owner = UINT64_MAX;
+		while (a < end) {
+			size_t c = (a - r->base) >> VMAP_CHUNK_SHIFT;
+			if (!r->chunk_owner[c]) {
+				a = r->base + ((c + 1) << VMAP_CHUNK_SHIFT);
+				prev_free_owner = UINT64_MAX;
+				continue;
+			}
+			struct vmap_pte *e = vmap_pte_of(r, a);
+			uint64_t t = e->tag, n = vmap_tag_pages(t);
+			unsigned st = vmap_tag_state(t);
+			if (st == VMAP_ST_NONE || st == VMAP_ST_FREE_TAIL || n == 0)
+				check_fail("no head tag where an area or free run must start", a);
+			if (vmap_tag_shard(t) + 1u != (r->chunk_owner[c] & 0x7fffu))
+				check_fail("area owner differs from chunk owner", a);
+			for (uint64_t k = 1; k < n; k++) {
+				uint64_t kt = e[k].tag;
+				bool tail_ok = st == VMAP_ST_FREE && k == n - 1 &&
+					       vmap_tag_state(kt) == VMAP_ST_FREE_TAIL;
+				if (kt && !tail_ok)
+					check_fail("stray tag inside an area", a + (k << VMAP_PAGE_SHIFT));
+			}
+			uint64_t owner = (uint64_t)vmap_tag_shard(t) * 2 + !!(t & VMAP_TAG_BIG);
+			if (st == VMAP_ST_FREE) {
+				if (prev_free_owner == owner)
+					check_fail("two adjacent free runs were not merged", a);
+				prev_free_owner = owner;
+				freed[vmap_tag_shard(t)][!!(t & VMAP_TAG_BIG)] += n;
+			} else {
+				prev_free_owner = UINT64_MAX;
+			}
+			if (st == VMAP_ST_CACHED)
+				pooled += n;
+			a += n << VMAP_PAGE_SHIFT;
+		}
+	}
+	uint64_t pool_pages = 0;
+	for (unsigned i = 0; i < vmap_nshards; i++) {
+		struct vmap_shard *s = &vmap_shards[i];
+		for (int k = 0; k < 2; k++)
+			if (freed[i][k] != s->free_pages[k])
+				check_fail("free-page count of a shard disagrees with the walk", i);
+		for (unsigned c = 0; c < VMAP_NCLASSES; c++) {
+			uint32_t cnt = 0;
+			for (uintptr_t a = s->pool[c].head; a; a = vmap_pte_of(vmap_region_of(a), a)->next) {
+				uint64_t t = vmap_pte_of(vmap_region_of(a), a)->tag;
+				if (vmap_tag_state(t) != VMAP_ST_CACHED || vmap_class_floor(vmap_tag_pages(t)) != c)
+					check_fail("pooled area with a wrong tag or class", a);
+				pool_pages += vmap_tag_pages(t);
+				cnt++;
+			}
+			if (cnt != s->pool[c].count)
+				check_fail("pool count disagrees with its list", c);
+		}
+	}
+	if (pool_pages != pooled)
+		check_fail("cached areas missing from pools", pooled);
+}

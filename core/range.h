@@ -1,0 +1,164 @@
+/*
+ * range.h — the large path: a CPU-sharded, vmap-like address-range allocator.
+ *
+ * Shared between range.c (arena, chunks, shards, areas, pools) and purge.c
+ * (lazy purge).  The rest of the core sees only the vmap_range_* functions.
+ */
+#ifndef VMAP_RANGE_H
+#define VMAP_RANGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lock.h"
+#include "os.h"
+
+/* ---- public to the core ---------------------------------------------- */
+
+int vmap_range_init(void);
+/* A block of at least size bytes aligned to align (a power of two); *zero is
+ * set when its first size bytes are known to be zero.  NULL when the system
+ * refuses (errno is the caller's to set). */
+void *vmap_range_alloc(size_t size, size_t align, bool *zero);
+/* Frees a block; a pointer inside the arena that is not a live block start
+ * stops the program with one line naming `who`. */
+void vmap_range_free(void *p, const char *who);
+size_t vmap_range_usable(const void *p, const char *who);
+/* Resizes in place when it can (shrink, or grow into a free neighbour).
+ * Returns true on success. */
+bool vmap_range_resize(void *p, size_t size);
+/* A new area of at least size bytes for a live block p; when *moved is set,
+ * p's pages were moved there (mremap) and p is gone; otherwise the caller
+ * copies and frees p.  NULL when no area could be had (p intact). */
+void *vmap_range_move(void *p, size_t size, bool *moved);
+bool vmap_range_owns(const void *p);
+size_t vmap_range_purge(bool all);
+void vmap_range_thread_exit(void);
+void vmap_range_fork_prepare(void);
+void vmap_range_fork_parent(void);
+void vmap_range_fork_child(void);
+unsigned vmap_range_nshards(void);
+/* Debug builds: checks every structure against a linear walk; aborts on error. */
+void vmap_range_check(void);
+
+/* ---- internal (range.c and purge.c) ------------------------------------ */
+
+#define VMAP_CHUNK_SHIFT 26 /* 64 MiB: the unit shards take from the arena */
+#define VMAP_CHUNK ((size_t)1 << VMAP_CHUNK_SHIFT)
+#define VMAP_CHUNK_PAGES (VMAP_CHUNK >> VMAP_PAGE_SHIFT)
+#define VMAP_MAX_REGIONS 64
+#define VMAP_MAX_SHARDS 128
+#define VMAP_BIG_MIN VMAP_HUGE_PAGE /* areas this large are 2 MiB aligned */
+
+/*
+ * Page-table entry, one per arena page, out of band (in its own mapping, so
+ * an overflow of user data cannot reach it).  Only "head" pages carry a tag:
+ *
+ *   tag = state:4 | zero:1 | big:1 | spare:2 | shard:8 | pages:48
+ *
+ *   LIVE       start of a block the program owns
+ *   CACHED     start of a freed area held resident in a pool
+ *   PURGING    start of an area a purge is releasing
+ *   FREE       start of a run of free address space (in a shard's bins)
+ *   FREE_TAIL  last page of a free run of more than one page
+ *
+ * Every other entry is 0: that is what makes `free` of an interior pointer
+ * or of a freed block detectable in O(1).  next/prev link areas in pools and
+ * runs in free bins; stamp is when an area entered its pool (for decay).
+ */
+struct vmap_pte {
+	uint64_t tag;
+	uintptr_t next, prev;
+	uint64_t stamp;
+};
+
+enum {
+	VMAP_ST_NONE = 0,
+	VMAP_ST_LIVE = 1,
+	VMAP_ST_CACHED = 2,
+	VMAP_ST_PURGING = 3,
+	VMAP_ST_FREE = 4,
+	VMAP_ST_FREE_TAIL = 5,
+};
+#define VMAP_TAG_ZERO (1ull << 59)
+#define VMAP_TAG_BIG (1ull << 58)
+#define VMAP_TAG_PAGES ((1ull << 48) - 1)
+
+static inline unsigned vmap_tag_state(uint64_t t) { return (unsigned)(t >> 60); }
+static inline uint64_t vmap_tag_pages(uint64_t t) { return t & VMAP_TAG_PAGES; }
+static inline unsigned vmap_tag_shard(uint64_t t) { return (unsigned)(t >> 48) & 0xff; }
+static inline uint64_t vmap_tag_make(unsigned state, unsigned shard, uint64_t pages, uint64_t flags)
+{
+	return ((uint64_t)state << 60) | flags | ((uint64_t)shard << 48) | pages;
+}
+
+struct vmap_region {
+	uintptr_t base;
+	size_t size;
+	struct vmap_pte *pt;     /* size / PAGE entries */
+	uint16_t *chunk_owner;   /* 0 free, else (shard + 1) | big << 15 */
+	size_t nchunks;
+	size_t pt_bytes, owner_bytes;
+};
+
+/* Pool classes: 1..POOL_PAGES exact page counts (guard included), then eight
+ * classes per doubling.  An area of n pages is pushed to class_floor(n) and a
+ * request for n pages pops from class_ceil(n), so every pooled area fits. */
+#define VMAP_NCLASSES (257 + 8 * 40)
+
+struct vmap_pool {
+	uintptr_t head, tail; /* head = most recently freed */
+	uint32_t count;
+};
+
+#define VMAP_FREE_BINS 48
+
+struct vmap_shard {
+	struct vmap_lock lock;
+	unsigned id;
+	uint64_t free_bin_mask[2];        /* [kind]: bit b set = bin b non-empty */
+	uintptr_t free_bin[2][VMAP_FREE_BINS];
+	uint64_t cached_bytes;            /* bytes in pools, under lock */
+	uint64_t free_pages[2];           /* pages in free runs */
+	struct vmap_pool pool[VMAP_NCLASSES];
+} __attribute__((aligned(64)));
+
+extern struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
+extern unsigned vmap_nregions;
+extern struct vmap_shard *vmap_shards;
+extern unsigned vmap_nshards;
+extern uint64_t vmap_lazy_max;
+
+static inline struct vmap_region *vmap_region_of(uintptr_t a)
+{
+	unsigned n = __atomic_load_n(&vmap_nregions, __ATOMIC_ACQUIRE);
+	for (unsigned i = 0; i < n; i++)
+		if (a - vmap_regions[i].base < vmap_regions[i].size)
+			return &vmap_regions[i];
+	return NULL;
+}
+
+static inline struct vmap_pte *vmap_pte_of(struct vmap_region *r, uintptr_t a)
+{
+	return &r->pt[(a - r->base) >> VMAP_PAGE_SHIFT];
+}
+
+/* Locks a shard, counting the acquisition and whether it waited. */
+void vmap_shard_lock(struct vmap_shard *s);
+static inline void vmap_shard_unlock(struct vmap_shard *s)
+{
+	vmap_unlock(&s->lock, VMAP_RANK_SHARD);
+}
+/* Turns a purged (or never used) run into free space, merging with free
+ * neighbours of the same shard and kind.  Shard lock held. */
+void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages, bool zero,
+			     bool big);
+void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a);
+unsigned vmap_class_floor(uint64_t pages);
+void vmap_purge_maybe(uint64_t now);
+void vmap_purge_fork_prepare(void);
+void vmap_purge_fork_parent(void);
+void vmap_purge_fork_child(void);
+
+#endif
