@@ -223,7 +223,10 @@ static void write_text(struct vmap_buf *b, int main_pid)
 	vmap_buf_str(b, " system calls, ");
 	vmap_buf_u64(b, V(purge_ns) / 1000000);
 	vmap_buf_char(b, '.');
-	vmap_buf_u64w(b, V(purge_ns) / 1000 % 1000, 3);
+	uint64_t us = V(purge_ns) / 1000 % 1000;
+	vmap_buf_char(b, (char)('0' + us / 100));
+	vmap_buf_char(b, (char)('0' + us / 10 % 10));
+	vmap_buf_char(b, (char)('0' + us % 10));
 	vmap_buf_str(b, " ms");
 	line(b, "locks");
 	vmap_buf_str(b, "shared ");
