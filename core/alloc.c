@@ -32,6 +32,7 @@
 #include <sys/auxv.h>
 
 #include "backend.h"
+#include "cache.h"
 #include "counter.h"
 #include "fmt.h"
 #include "options.h"
@@ -107,6 +108,8 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	vmap_counter_init(vmap_os_ncpu());
 	int rc = vmap_range_init();
 	vmap_range_ok = rc == 0;
+	if (vmap_range_ok)
+		vmap_cache_init(vmap_os_ncpu());
 	if (!vmap_range_ok)
 		vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
 			 "large allocations go to glibc", NULL);
@@ -425,6 +428,7 @@ size_t vmap_usable_size(void *p)
 int vmap_trim(size_t pad)
 {
 	enter();
+	vmap_cache_trim();
 	size_t released = vmap_range_purge(true);
 	int glibc = vmap_libc.trim(pad);
 	return released > 0 || glibc;
@@ -476,16 +480,19 @@ static void fork_prepare(void)
 {
 	vmap_purge_fork_prepare();
 	vmap_range_fork_prepare();
+	vmap_cache_fork_prepare();
 }
 
 static void fork_parent(void)
 {
+	vmap_cache_fork_parent();
 	vmap_range_fork_parent();
 	vmap_purge_fork_parent();
 }
 
 static void fork_child(void)
 {
+	vmap_cache_fork_child();
 	vmap_range_fork_child();
 	vmap_purge_fork_child();
 }

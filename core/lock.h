@@ -21,7 +21,7 @@ enum vmap_lock_rank {
 	VMAP_RANK_PURGE = 0,   /* the one purger (trylock only) */
 	VMAP_RANK_SHARD = 1,   /* per-shard: pools, free extents, chunk carving */
 	VMAP_RANK_GLOBAL = 2,  /* the arena's chunk map and region list */
-	VMAP_RANK_PROFILE = 3, /* reserved for the profile table */
+	VMAP_RANK_CACHE_LIST = 3, /* recycled per-thread caches */
 };
 
 struct vmap_lock {

@@ -78,7 +78,6 @@ static unsigned collect(enum purge_mode mode, uint64_t older_than)
 				released += (int64_t)(pages << VMAP_PAGE_SHIFT);
 			}
 		}
-		s->cached_bytes -= (uint64_t)released;
 		vmap_shard_unlock(s);
 		vmap_stat_add_cpu(i, VMAP_STAT_cached_bytes, -released);
 	}

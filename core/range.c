@@ -41,6 +41,7 @@
 
 #include <sys/mman.h>
 
+#include "cache.h"
 #include "counter.h"
 #include "fmt.h"
 #include "options.h"
@@ -351,10 +352,10 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool big, uint64_t pages, si
 
 /* ---- pools (shard lock held) ------------------------------------------- */
 
-static void pool_push_locked(struct vmap_shard *s, unsigned cls, struct vmap_pte *e, uintptr_t a,
-			     uint64_t now)
+void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now)
 {
-	struct vmap_pool *p = &s->pool[cls];
+	uint64_t pages = vmap_tag_pages(e->tag);
+	struct vmap_pool *p = &s->pool[vmap_class_floor(pages)];
 	e->next = p->head;
 	e->prev = 0;
 	e->stamp = now;
@@ -364,6 +365,7 @@ static void pool_push_locked(struct vmap_shard *s, unsigned cls, struct vmap_pte
 		p->tail = a;
 	p->head = a;
 	p->count++;
+	s->cached_bytes += pages << VMAP_PAGE_SHIFT;
 }
 
 void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
@@ -379,6 +381,20 @@ void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
 	else
 		p->tail = e->prev;
 	p->count--;
+	s->cached_bytes -= vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT;
+}
+
+unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
+				   unsigned max)
+{
+	unsigned cls = class_ceil(pages), n = 0;
+	struct vmap_pool *p = &s->pool[cls];
+	while (n < max && p->head) {
+		uintptr_t a = p->head;
+		vmap_pool_remove_locked(s, cls, a);
+		out[n++] = a;
+	}
+	return n;
 }
 
 /* ---- the public range operations --------------------------------------- */
@@ -392,6 +408,11 @@ static uint64_t area_pages(size_t size, bool *big, unsigned *cls)
 	if (n < 2)
 		n = 2;
 	*big = (n - 1) << VMAP_PAGE_SHIFT >= VMAP_BIG_MIN;
+	/* Big areas are whole huge pages: a purge then frees huge pages whole
+	 * instead of splitting one shared with a neighbour (thp_split_pmd),
+	 * and every class size above 2 MiB is a multiple of 2 MiB. */
+	if (*big)
+		n = (n + VMAP_BIG_PAGES - 1) & ~(uint64_t)(VMAP_BIG_PAGES - 1);
 	*cls = class_ceil(n);
 	return *cls < VMAP_NCLASSES ? class_pages(*cls) : n;
 }
@@ -440,24 +461,32 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	if (align < natural)
 		align = natural;
 	struct vmap_shard *s = shard_here(&cpu);
-	vmap_shard_lock(s);
 	void *p;
-	struct vmap_pool *pool = cls < VMAP_NCLASSES ? &s->pool[cls] : NULL;
-	if (pool && pool->count && align == natural) {
-		uintptr_t a = pool->head;
+	uintptr_t a = 0;
+	if (align == natural) {
+		a = vmap_cache_pop(s, pages);
+		if (!a && cls < VMAP_NCLASSES) {
+			vmap_shard_lock(s);
+			if (s->pool[cls].count) {
+				a = s->pool[cls].head;
+				vmap_pool_remove_locked(s, cls, a);
+			}
+			vmap_shard_unlock(s);
+		}
+	}
+	if (a) {
+		/* A cached area: resident, dirty, already this size class. */
 		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
-		vmap_pool_remove_locked(s, cls, a);
-		uint64_t ap = vmap_tag_pages(e->tag);
-		s->cached_bytes -= ap << VMAP_PAGE_SHIFT;
-		__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, ap, big ? VMAP_TAG_BIG : 0),
+		uint64_t t = e->tag, ap = vmap_tag_pages(t);
+		__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, vmap_tag_shard(t), ap, t & VMAP_TAG_BIG),
 				 __ATOMIC_RELEASE);
-		vmap_shard_unlock(s);
 		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_hits, 1);
 		vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)(ap << VMAP_PAGE_SHIFT));
 		*zero = false;
 		pages = ap;
 		p = (void *)a;
 	} else {
+		vmap_shard_lock(s);
 		p = alloc_carve(s, cpu, pages, big, align, zero);
 		if (!p)
 			return NULL;
@@ -518,14 +547,16 @@ void vmap_range_free(void *p, const char *who)
 	if (!__atomic_compare_exchange_n(&e->tag, &t, cached, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		invalid_pointer(who, p, t); /* lost a race with another free of p */
-	unsigned cpu = vmap_os_cpu();
-	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	unsigned cpu;
+	struct vmap_shard *here = shard_here(&cpu);
+	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
 	uint64_t now = vmap_os_now_ns();
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
-	vmap_shard_lock(s);
-	pool_push_locked(s, vmap_class_floor(pages), e, (uintptr_t)p, now);
-	s->cached_bytes += (uint64_t)bytes;
-	vmap_shard_unlock(s);
+	if (!vmap_cache_push(here, owner, (uintptr_t)p, pages, now)) {
+		vmap_shard_lock(owner);
+		vmap_pool_push_locked(owner, e, (uintptr_t)p, now);
+		vmap_shard_unlock(owner);
+	}
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
@@ -677,10 +708,6 @@ unsigned vmap_range_nshards(void)
 	return vmap_nshards;
 }
 
-void vmap_range_thread_exit(void)
-{
-}
-
 void vmap_range_fork_prepare(void)
 {
 	for (unsigned i = 0; i < vmap_nshards; i++)
@@ -784,6 +811,6 @@ void vmap_range_check(void)
 				check_fail("pool count disagrees with its list", c);
 		}
 	}
-	if (pool_pages != pooled)
+	if (pool_pages + vmap_cache_pages_held() != pooled)
 		check_fail("cached areas missing from pools", pooled);
 }

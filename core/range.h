@@ -34,7 +34,6 @@ bool vmap_range_resize(void *p, size_t size);
 void *vmap_range_move(void *p, size_t size, bool *moved);
 bool vmap_range_owns(const void *p);
 size_t vmap_range_purge(bool all);
-void vmap_range_thread_exit(void);
 void vmap_range_fork_prepare(void);
 void vmap_range_fork_parent(void);
 void vmap_range_fork_child(void);
@@ -50,6 +49,7 @@ void vmap_range_check(void);
 #define VMAP_MAX_REGIONS 64
 #define VMAP_MAX_SHARDS 128
 #define VMAP_BIG_MIN VMAP_HUGE_PAGE /* areas this large are 2 MiB aligned */
+#define VMAP_BIG_PAGES (VMAP_BIG_MIN >> VMAP_PAGE_SHIFT)
 
 /*
  * Page-table entry, one per arena page, out of band (in its own mapping, so
@@ -155,6 +155,11 @@ static inline void vmap_shard_unlock(struct vmap_shard *s)
 void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages, bool zero,
 			     bool big);
 void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a);
+/* Files a freed area (tag CACHED) in its pool, the newest at the head. */
+void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now);
+/* Moves up to max areas of the pool for `pages` into out[]; returns how many. */
+unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
+				   unsigned max);
 unsigned vmap_class_floor(uint64_t pages);
 void vmap_purge_maybe(uint64_t now);
 void vmap_purge_fork_prepare(void);

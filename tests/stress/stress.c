@@ -1,0 +1,228 @@
+/*
+ * stress.c — many threads, random operations, cross-thread frees, every
+ * block's pattern verified; run under LD_PRELOAD=libvmapalloc.so.
+ *
+ *   stress [threads] [seconds] [max_size]
+ *
+ * Threads share a table of slots; each operation picks a random slot and
+ * atomically exchanges its block with a new one (malloc, calloc, aligned,
+ * realloc of the old one) or NULL, verifies the pattern of whatever it took
+ * out (written by whichever thread allocated it) and frees it.  So a block is
+ * often freed by another thread than the one that allocated it.  Some
+ * threads exit and are replaced (thread churn).  At the end every slot is
+ * verified and freed, and with vmapalloc the live-block counters must be back
+ * at their starting values.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOTS 4096
+
+struct block {
+	size_t size;
+	uint64_t seed;
+	/* pattern bytes follow, over the whole block */
+};
+
+static _Atomic(struct block *) slots[SLOTS];
+static atomic_ulong ops, bytes_checked;
+static atomic_int stop;
+static size_t max_size = 8u << 20;
+static int (*counter_get)(const char *, uint64_t *);
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static void fill(struct block *b)
+{
+	unsigned char *p = (unsigned char *)b;
+	/* Header, first/last bytes and one byte per page: enough to catch overlap. */
+	for (size_t i = sizeof *b; i < b->size; i += (i < 4096 ? 1 : 4093))
+		p[i] = (unsigned char)(b->seed + i);
+	p[b->size - 1] = (unsigned char)(b->seed + b->size - 1);
+}
+
+static void check(struct block *b)
+{
+	unsigned char *p = (unsigned char *)b;
+	for (size_t i = sizeof *b; i < b->size; i += (i < 4096 ? 1 : 4093))
+		if (p[i] != (unsigned char)(b->seed + i)) {
+			fprintf(stderr, "FAIL: block %p size %zu corrupted at %zu\n", (void *)b, b->size, i);
+			abort();
+		}
+	if (p[b->size - 1] != (unsigned char)(b->seed + b->size - 1)) {
+		fprintf(stderr, "FAIL: block %p size %zu: last byte corrupted\n", (void *)b, b->size);
+		abort();
+	}
+	atomic_fetch_add_explicit(&bytes_checked, b->size, memory_order_relaxed);
+}
+
+static size_t pick_size(uint64_t *s)
+{
+	uint64_t r = rnd(s);
+	switch (r % 8) {
+	case 0: case 1: case 2: return sizeof(struct block) + r % 512;          /* small */
+	case 3: return sizeof(struct block) + r % (64 << 10);                    /* medium */
+	case 4: case 5: return (64 << 10) + r % (1 << 20);                       /* large */
+	default: return (1 << 20) + r % max_size;                               /* larger */
+	}
+}
+
+static struct block *make(uint64_t *s)
+{
+	size_t size = pick_size(s);
+	struct block *b;
+	switch (rnd(s) % 4) {
+	case 0:
+		b = calloc(1, size);
+		if (b)
+			for (size_t i = 0; i < size; i += 4096)
+				if (((unsigned char *)b)[i]) {
+					fprintf(stderr, "FAIL: calloc(%zu) not zero at %zu\n", size, i);
+					abort();
+				}
+		break;
+	case 1: {
+		void *p = NULL;
+		size_t align = (size_t)16 << (rnd(s) % 18);
+		if (posix_memalign(&p, align, size) != 0)
+			p = NULL;
+		if (p && ((uintptr_t)p & (align - 1))) {
+			fprintf(stderr, "FAIL: posix_memalign(%zu) misaligned\n", align);
+			abort();
+		}
+		b = p;
+		break;
+	}
+	default:
+		b = malloc(size);
+	}
+	if (!b) {
+		fprintf(stderr, "FAIL: allocation of %zu failed\n", size);
+		abort();
+	}
+	if (malloc_usable_size(b) < size) {
+		fprintf(stderr, "FAIL: usable size %zu < %zu\n", malloc_usable_size(b), size);
+		abort();
+	}
+	b->size = size;
+	b->seed = rnd(s);
+	fill(b);
+	return b;
+}
+
+static void *worker(void *arg)
+{
+	uint64_t s = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+	unsigned long n = 0;
+	unsigned long life = 2000 + rnd(&s) % 20000; /* then exit: thread churn */
+	while (!atomic_load_explicit(&stop, memory_order_relaxed) && n < life) {
+		unsigned i = (unsigned)(rnd(&s) % SLOTS);
+		struct block *nb = NULL;
+		uint64_t op = rnd(&s) % 10;
+		if (op < 6)
+			nb = make(&s);
+		struct block *old = atomic_exchange(&slots[i], nb);
+		if (old) {
+			check(old);
+			if (op == 9) {
+				/* realloc: grow or shrink, content kept up to min(old,new). */
+				size_t ns = pick_size(&s), keep = old->size < ns ? old->size : ns;
+				uint64_t seed = old->seed;
+				size_t osize = old->size;
+				struct block *r = realloc(old, ns);
+				if (!r) {
+					fprintf(stderr, "FAIL: realloc to %zu failed\n", ns);
+					abort();
+				}
+				unsigned char *p = (unsigned char *)r;
+				for (size_t k = sizeof *r; k < keep && k < osize - 1; k += (k < 4096 ? 1 : 4093))
+					if (p[k] != (unsigned char)(seed + k)) {
+						fprintf(stderr, "FAIL: realloc lost content at %zu\n", k);
+						abort();
+					}
+				r->size = ns;
+				r->seed = rnd(&s);
+				fill(r);
+				struct block *o2 = atomic_exchange(&slots[i], r);
+				if (o2) {
+					check(o2);
+					free(o2);
+				}
+			} else {
+				free(old);
+			}
+		}
+		n++;
+	}
+	atomic_fetch_add(&ops, n);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	int threads = argc > 1 ? atoi(argv[1]) : 8;
+	double seconds = argc > 2 ? atof(argv[2]) : 5;
+	if (argc > 3)
+		max_size = strtoull(argv[3], NULL, 0);
+	counter_get = (int (*)(const char *, uint64_t *))dlsym(RTLD_DEFAULT, "vmapalloc_counter_get");
+	uint64_t blocks0 = 0;
+	if (counter_get)
+		counter_get("large_blocks_in_use", &blocks0);
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pthread_t *tid = calloc((size_t)threads, sizeof *tid);
+	unsigned long spawned = 0;
+	for (int i = 0; i < threads; i++)
+		pthread_create(&tid[i], NULL, worker, (void *)(uintptr_t)++spawned);
+	for (;;) {
+		/* Replace threads as they finish their lives, until time is up. */
+		for (int i = 0; i < threads; i++) {
+			if (pthread_tryjoin_np(tid[i], NULL) == 0)
+				pthread_create(&tid[i], NULL, worker, (void *)(uintptr_t)++spawned);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 > seconds)
+			break;
+		usleep(10000);
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < threads; i++)
+		pthread_join(tid[i], NULL);
+	free(tid);
+	for (int i = 0; i < SLOTS; i++) {
+		struct block *b = atomic_exchange(&slots[i], NULL);
+		if (b) {
+			check(b);
+			free(b);
+		}
+	}
+	if (counter_get) {
+		uint64_t blocks1 = 0;
+		counter_get("large_blocks_in_use", &blocks1);
+		if (blocks1 != blocks0) {
+			fprintf(stderr, "FAIL: %llu large blocks live at the end, %llu at the start\n",
+				(unsigned long long)blocks1, (unsigned long long)blocks0);
+			return 1;
+		}
+		malloc_trim(0);
+	}
+	printf("stress: %d threads (%lu started), %.1f s, %lu operations, %.1f GiB verified, ok\n",
+	       threads, spawned, seconds, (unsigned long)ops,
+	       (double)bytes_checked / (1 << 30));
+	return 0;
+}
