@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <gnu/libc-version.h>
 #include <sys/auxv.h>
 
 #include "backend.h"
@@ -47,6 +48,18 @@ static bool vmap_range_ok;
 static __thread bool vmap_tls_in_init;
 static __thread bool vmap_tls_seen;
 static int vmap_main_pid;
+static bool vmap_glibc_strict_aligned_alloc;
+static pthread_key_t vmap_thread_key;
+static bool vmap_thread_key_ok;
+
+/* pthread key destructor: the thread's last chance to give back what it holds.
+ * glibc may still call free() after this; those frees bypass the cache. */
+static void thread_exit(void *arg)
+{
+	(void)arg;
+	vmap_counter_flush_local();
+	vmap_cache_thread_exit();
+}
 
 #define SMALL_ALIGN 16 /* alignof(max_align_t) */
 
@@ -81,6 +94,19 @@ static char **env_from_proc(void)
 	return env_ptrs;
 }
 
+static bool glibc_at_least(unsigned major, unsigned minor)
+{
+	const char *v = gnu_get_libc_version(); /* a static string: no allocation */
+	unsigned a = 0, b = 0;
+	while (*v >= '0' && *v <= '9')
+		a = a * 10 + (unsigned)(*v++ - '0');
+	if (*v == '.')
+		v++;
+	while (*v >= '0' && *v <= '9')
+		b = b * 10 + (unsigned)(*v++ - '0');
+	return a > major || (a == major && b >= minor);
+}
+
 static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
@@ -106,6 +132,9 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_os_exit(0);
 	}
 	vmap_counter_init(vmap_os_ncpu());
+	vmap_glibc_strict_aligned_alloc = glibc_at_least(2, 38);
+	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
+		vmap_counter_go_percpu();
 	int rc = vmap_range_init();
 	vmap_range_ok = rc == 0;
 	if (vmap_range_ok)
@@ -117,6 +146,7 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	if (vmap_opt.verbose)
 		vmap_options_print(2, true);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	vmap_thread_key_ok = pthread_key_create(&vmap_thread_key, thread_exit) == 0;
 	vmap_tls_seen = true;
 	__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
 	vmap_tls_in_init = false;
@@ -126,8 +156,14 @@ __attribute__((noinline, cold)) static void init_slow(void)
 __attribute__((noinline, cold)) static void thread_first_call(void)
 {
 	vmap_tls_seen = true;
-	if (vmap_os_gettid() != vmap_os_getpid())
-		vmap_counter_go_percpu();
+	if (vmap_os_gettid() != vmap_os_getpid()) {
+		if (vmap_opt.counter != VMAP_COUNTER_ATOMIC)
+			vmap_counter_go_percpu();
+		/* A non-NULL value makes the key's destructor run at thread exit;
+		 * setting it may allocate (keys >= 32), which is safe: seen is set. */
+		if (vmap_thread_key_ok)
+			pthread_setspecific(vmap_thread_key, (void *)1);
+	}
 }
 
 static inline void enter(void)
@@ -143,16 +179,9 @@ void vmap_init(void)
 	enter();
 }
 
-static inline unsigned cpu_hint(void)
-{
-	/* Counters only need a spread, not the true CPU: use the shard's id
-	 * source without a second sched_getcpu() on the small path. */
-	return vmap_counter_slots ? vmap_os_cpu() : 0;
-}
-
 static inline void count(enum vmap_stat s)
 {
-	vmap_stat_add_cpu(cpu_hint(), s, 1);
+	vmap_stat_inc_local(s);
 }
 
 /* ---- small backend ------------------------------------------------------ */
@@ -378,13 +407,15 @@ int vmap_posix_memalign(void **out, size_t align, size_t size)
 
 void *vmap_aligned_alloc(size_t align, size_t size)
 {
-	/* C17 (DR 460) and glibc >= 2.38: any size; the alignment must be a
-	 * power of two. */
-	if (!pow2(align)) {
+	/* Any size (C17, DR 460).  The alignment: as the running glibc does it
+	 * — from 2.38 a power of two or EINVAL (C17), before that memalign's
+	 * rounding up — so that a program behaves as it did without vmapalloc. */
+	enter();
+	if (vmap_glibc_strict_aligned_alloc && !pow2(align)) {
 		errno = EINVAL;
 		return NULL;
 	}
-	return aligned(align, size);
+	return vmap_memalign(align, size);
 }
 
 void *vmap_memalign(size_t align, size_t size)
@@ -469,7 +500,7 @@ int vmap_malloc_info(int options, FILE *fp)
 		return -1;
 	}
 	char buf[4096];
-	struct vmap_buf b = {-1, 0, sizeof buf, buf};
+	struct vmap_buf b = {VMAP_BUF_COLLECT, 0, sizeof buf, buf, 0};
 	vmap_stats_xml(&b);
 	return fwrite(buf, 1, b.len, fp) == b.len ? 0 : -1;
 }

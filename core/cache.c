@@ -28,7 +28,6 @@
  */
 #include "cache.h"
 
-#include <pthread.h>
 #include <sys/mman.h>
 
 #include "counter.h"
@@ -52,7 +51,6 @@ static bool cache_on;
 static uint64_t vmap_trim_epoch;
 static struct vmap_tcache *cache_free_list;
 static struct vmap_lock cache_list_lock = VMAP_LOCK_INIT;
-static pthread_key_t cache_key;
 
 enum { TC_NONE = 0, TC_ACTIVE = 1, TC_DEAD = 2 };
 static __thread struct vmap_tcache *vmap_tc;
@@ -75,8 +73,6 @@ void vmap_cache_init(unsigned ncpu)
 	cache_bytes_each = (sizeof(struct vmap_tcache) + off * sizeof(uintptr_t) + VMAP_PAGE - 1) &
 			   ~(VMAP_PAGE - 1);
 	cache_byte_cap = vmap_opt.cache_bytes;
-	if (pthread_key_create(&cache_key, vmap_cache_thread_exit) != 0)
-		cache_on = false;
 }
 
 static struct vmap_tcache *cache_create(void)
@@ -96,8 +92,6 @@ static struct vmap_tcache *cache_create(void)
 		vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)cache_bytes_each);
 	}
 	tc->epoch = __atomic_load_n(&vmap_trim_epoch, __ATOMIC_RELAXED);
-	/* Registering the key value does not allocate for the first 32 keys. */
-	pthread_setspecific(cache_key, tc);
 	return tc;
 }
 
@@ -205,9 +199,9 @@ bool vmap_cache_push(struct vmap_shard *here, struct vmap_shard *owner, uintptr_
 	return true;
 }
 
-void vmap_cache_thread_exit(void *arg)
+void vmap_cache_thread_exit(void)
 {
-	struct vmap_tcache *tc = arg ? arg : vmap_tc;
+	struct vmap_tcache *tc = vmap_tc;
 	vmap_tc_state = TC_DEAD;
 	vmap_tc = NULL;
 	if (!tc)

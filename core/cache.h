@@ -17,8 +17,8 @@ uintptr_t vmap_cache_pop(struct vmap_shard *s, uint64_t pages);
  * it must go to its owner shard instead. */
 bool vmap_cache_push(struct vmap_shard *here, struct vmap_shard *owner, uintptr_t a,
 		     uint64_t pages, uint64_t now);
-/* pthread key destructor: drains the thread's cache for good. */
-void vmap_cache_thread_exit(void *tc);
+/* At thread exit: drains the thread's cache for good. */
+void vmap_cache_thread_exit(void);
 /* malloc_trim: every thread drains its cache on its next call; this one now. */
 void vmap_cache_trim(void);
 /* Pages held in the calling thread's cache (debug model check). */

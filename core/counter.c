@@ -63,6 +63,20 @@ void vmap_counter_fold(int64_t *slot, enum vmap_stat s)
 		vmap_stat_note_peak(now);
 }
 
+__thread struct vmap_local_counts vmap_local;
+
+void vmap_counter_flush_local(void)
+{
+	unsigned cpu = vmap_counter_slots ? vmap_os_cpu() : 0;
+	for (unsigned i = 0; i < VMAP_STAT_COUNT; i++) {
+		if (vmap_local.n[i]) {
+			vmap_stat_add_cpu(cpu, (enum vmap_stat)i, vmap_local.n[i]);
+			vmap_local.n[i] = 0;
+		}
+	}
+	vmap_local.pending = 0;
+}
+
 int64_t vmap_stat_read_approx(enum vmap_stat s)
 {
 	return __atomic_load_n(&vmap_counter_base[s], __ATOMIC_RELAXED);
@@ -70,6 +84,8 @@ int64_t vmap_stat_read_approx(enum vmap_stat s)
 
 int64_t vmap_stat_read(enum vmap_stat s)
 {
+	if (vmap_local.pending)
+		vmap_counter_flush_local();
 	int64_t v = __atomic_load_n(&vmap_counter_base[s], __ATOMIC_RELAXED);
 	int64_t *slots = __atomic_load_n(&vmap_counter_slots, __ATOMIC_ACQUIRE);
 	if (slots)

@@ -10,17 +10,21 @@
 
 void vmap_buf_flush(struct vmap_buf *b)
 {
-	if (b->fd >= 0 && b->len > 0)
-		vmap_os_write_all(b->fd, b->data, b->len);
-	if (b->fd >= 0)
-		b->len = 0;
+	if (b->fd == VMAP_BUF_COLLECT)
+		return;
+	if (b->len > 0 && !b->err) {
+		int rc = vmap_os_write_all(b->fd, b->data, b->len);
+		if (rc < 0)
+			b->err = rc;
+	}
+	b->len = 0;
 }
 
 void vmap_buf_mem(struct vmap_buf *b, const char *s, size_t n)
 {
 	while (n > 0) {
 		if (b->len == b->cap) {
-			if (b->fd < 0)
+			if (b->fd == VMAP_BUF_COLLECT)
 				return; /* collect-only buffer: truncate */
 			vmap_buf_flush(b);
 		}

@@ -13,15 +13,17 @@
 #include <stdint.h>
 
 struct vmap_buf {
-	int fd;        /* -1: only collect (len may not exceed cap) */
+	int fd;        /* VMAP_BUF_COLLECT: only collect (len may not exceed cap) */
 	size_t len;
 	size_t cap;
 	char *data;
+	int err;       /* first write error (-errno), 0 if none */
 };
 
+#define VMAP_BUF_COLLECT (-1000)
 #define VMAP_BUF(name, fd_, size)      \
 	char name##_data[size];        \
-	struct vmap_buf name = {(fd_), 0, (size), name##_data}
+	struct vmap_buf name = {(fd_), 0, (size), name##_data, 0}
 
 void vmap_buf_flush(struct vmap_buf *b);
 void vmap_buf_mem(struct vmap_buf *b, const char *s, size_t n);

@@ -29,6 +29,7 @@ enum vmap_option_id {
 
 enum { VMAP_ADVICE_DONTNEED = 0, VMAP_ADVICE_FREE = 1 };
 enum { VMAP_FORMAT_TEXT = 0, VMAP_FORMAT_JSON = 1 };
+enum { VMAP_COUNTER_AUTO = 0, VMAP_COUNTER_ATOMIC = 1, VMAP_COUNTER_PERCPU = 2 };
 
 extern struct vmap_options vmap_opt;
 

@@ -463,16 +463,18 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	struct vmap_shard *s = shard_here(&cpu);
 	void *p;
 	uintptr_t a = 0;
-	if (align == natural) {
+	if (align == natural)
 		a = vmap_cache_pop(s, pages);
-		if (!a && cls < VMAP_NCLASSES) {
-			vmap_shard_lock(s);
-			if (s->pool[cls].count) {
-				a = s->pool[cls].head;
-				vmap_pool_remove_locked(s, cls, a);
-			}
-			vmap_shard_unlock(s);
+	if (!a && cls < VMAP_NCLASSES && s->pool[cls].count) {
+		/* Aligned requests take the pool head only if it happens to be
+		 * aligned (the kernel's vmap pools do the same). */
+		vmap_shard_lock(s);
+		uintptr_t h = s->pool[cls].head;
+		if (h && !(h & (align - 1))) {
+			a = h;
+			vmap_pool_remove_locked(s, cls, a);
 		}
+		vmap_shard_unlock(s);
 	}
 	if (a) {
 		/* A cached area: resident, dirty, already this size class. */

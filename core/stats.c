@@ -278,7 +278,7 @@ int vmap_stats_write(int fd, int format)
 	else
 		write_text(&b, 0);
 	vmap_buf_flush(&b);
-	return 0;
+	return b.err;
 }
 
 void vmap_stats_xml(struct vmap_buf *b)
@@ -303,7 +303,7 @@ static bool expand_path(const char *pat, char *out, size_t cap)
 		const char *ins = NULL;
 		char one[2] = {*p, 0};
 		if (p[0] == '%' && p[1] == 'p') {
-			struct vmap_buf nb = {-1, 0, sizeof num - 1, num};
+			struct vmap_buf nb = {VMAP_BUF_COLLECT, 0, sizeof num - 1, num, 0};
 			vmap_buf_u64(&nb, (uint64_t)vmap_os_getpid());
 			num[nb.len] = '\0';
 			ins = num;

@@ -117,7 +117,12 @@ EXPORT size_t vmapalloc_purge(void)
 EXPORT int vmapalloc_stats_print(int fd, int format)
 {
 	vmap_init();
-	return vmap_stats_write(fd, format);
+	int rc = fd < 0 ? -EBADF : vmap_stats_write(fd, format);
+	if (rc < 0) {
+		errno = -rc;
+		return -1;
+	}
+	return 0;
 }
 
 /* A constructor as well as lazy init: programs that never allocate still get
