@@ -33,37 +33,44 @@
 #define PURGE_MAX_VICTIMS 1024 /* also UIO_MAXIOV: one process_madvise per round */
 #define PURGE_ROUNDS 4         /* bound on the work one allocating thread does */
 
-struct victim {
-	uintptr_t a;
-	uint64_t pages;
-	uint64_t tag;
-};
 
 static struct vmap_lock vmap_purge_lock = VMAP_LOCK_INIT;
-static struct victim victims[PURGE_MAX_VICTIMS];
+static struct vmap_victim victims[PURGE_MAX_VICTIMS];
 static struct iovec iov[PURGE_MAX_VICTIMS];
 static uint64_t vmap_purge_next_ns;
 static int vmap_batch_state; /* 0 unknown, 1 works, -1 unsupported */
 
 enum purge_mode { PURGE_PRESSURE, PURGE_AGE, PURGE_ALL };
 
+/*
+ * Detaches victims from every shard.  Resident free runs go first, largest
+ * first: they are the coldest and the biggest memory per system call.  Then
+ * the exact-size pools: a quarter of each, oldest first, under pressure;
+ * everything older than the delay by age; all of it for malloc_trim.
+ */
 static unsigned collect(enum purge_mode mode, uint64_t older_than)
 {
 	unsigned n = 0;
-	for (unsigned i = 0; i < vmap_nshards && n < PURGE_MAX_VICTIMS; i++) {
+	uint64_t want = UINT64_MAX;
+	if (mode == PURGE_PRESSURE) {
+		int64_t cached = vmap_stat_read_approx(VMAP_STAT_cached_bytes);
+		uint64_t target = vmap_lazy_max / 4 * 3;
+		want = (uint64_t)cached > target ? (uint64_t)cached - target : 0;
+	}
+	uint64_t taken = 0;
+	for (unsigned i = 0; i < vmap_nshards && n < PURGE_MAX_VICTIMS && taken < want; i++) {
 		struct vmap_shard *s = &vmap_shards[i];
 		if (!__atomic_load_n(&s->cached_bytes, __ATOMIC_RELAXED))
 			continue;
 		vmap_shard_lock(s);
-		int64_t released = 0;
-		/* Largest classes first: they hold the most memory per entry. */
-		for (unsigned c = VMAP_NCLASSES; c-- > 0 && n < PURGE_MAX_VICTIMS;) {
+		uint64_t before = taken;
+		n += vmap_dirty_take_locked(s, mode == PURGE_AGE ? older_than : 0, want - taken,
+					    victims + n, PURGE_MAX_VICTIMS - n, &taken);
+		for (unsigned c = VMAP_NCLASSES; c-- > 0 && n < PURGE_MAX_VICTIMS && taken < want;) {
 			struct vmap_pool *p = &s->pool[c];
 			if (!p->count)
 				continue;
-			uint32_t take = mode == PURGE_ALL        ? p->count
-					: mode == PURGE_PRESSURE ? (p->count + 3) / 4
-								 : p->count;
+			uint32_t take = mode == PURGE_PRESSURE ? (p->count + 3) / 4 : p->count;
 			while (take-- > 0 && p->tail && n < PURGE_MAX_VICTIMS) {
 				uintptr_t a = p->tail;
 				struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
@@ -71,27 +78,25 @@ static unsigned collect(enum purge_mode mode, uint64_t older_than)
 					break; /* the rest of this pool is younger */
 				vmap_pool_remove_locked(s, c, a);
 				uint64_t t = e->tag, pages = vmap_tag_pages(t);
-				__atomic_store_n(&e->tag,
-						 vmap_tag_make(VMAP_ST_PURGING, s->id, pages, t & VMAP_TAG_BIG),
-						 __ATOMIC_RELAXED);
-				victims[n++] = (struct victim){a, pages, t};
-				released += (int64_t)(pages << VMAP_PAGE_SHIFT);
+				e->tag = vmap_tag_make(VMAP_ST_PURGING, s->id, pages, t & VMAP_TAG_BIG);
+				victims[n++] = (struct vmap_victim){a, pages, e->tag};
+				taken += pages << VMAP_PAGE_SHIFT;
 			}
 		}
 		vmap_shard_unlock(s);
-		vmap_stat_add_cpu(i, VMAP_STAT_cached_bytes, -released);
+		vmap_stat_add_cpu(i, VMAP_STAT_cached_bytes, -(int64_t)(taken - before));
 	}
 	return n;
 }
 
-static void sort_victims(struct victim *v, unsigned n)
+static void sort_victims(struct vmap_victim *v, unsigned n)
 {
 	/* Shell sort (Ciura gaps): n <= 1024, no recursion, no allocation. */
 	static const unsigned gaps[] = {701, 301, 132, 57, 23, 10, 4, 1};
 	for (unsigned g = 0; g < sizeof gaps / sizeof gaps[0]; g++) {
 		unsigned gap = gaps[g];
 		for (unsigned i = gap; i < n; i++) {
-			struct victim x = v[i];
+			struct vmap_victim x = v[i];
 			unsigned j = i;
 			for (; j >= gap && v[j - gap].a > x.a; j -= gap)
 				v[j] = v[j - gap];
@@ -139,7 +144,7 @@ static void reinsert(unsigned n, bool zero)
 			vmap_shard_lock(s);
 		}
 		vmap_free_insert_locked(s, victims[i].a, victims[i].pages, zero,
-					victims[i].tag & VMAP_TAG_BIG);
+					victims[i].tag & VMAP_TAG_BIG, 0);
 	}
 	if (s)
 		vmap_shard_unlock(s);

@@ -62,45 +62,15 @@ struct vmap_shard *vmap_shards;
 unsigned vmap_nshards = 1;
 uint64_t vmap_lazy_max;
 static struct vmap_lock vmap_global_lock = VMAP_LOCK_INIT;
-static uint64_t vmap_pool_exact; /* classes 1..this are exact page counts */
+uint64_t vmap_pool_exact;
 static size_t vmap_reserve_size;
 static size_t vmap_shards_bytes;
 
 #define REGION_FLOOR ((size_t)256 << 20)
 
-/* ---- size classes ----------------------------------------------------- */
-
 static inline unsigned log2_floor(uint64_t x)
 {
 	return 63u - (unsigned)__builtin_clzll(x);
-}
-
-static unsigned class_ceil(uint64_t n)
-{
-	if (n <= vmap_pool_exact)
-		return (unsigned)n;
-	unsigned b = log2_floor(n - 1); /* 2^b < n <= 2^(b+1) */
-	uint64_t step = (uint64_t)1 << (b - 3);
-	uint64_t k = (n - ((uint64_t)1 << b) + step - 1) / step; /* 1..8 */
-	return 257 + b * 8 + (unsigned)(k - 1);
-}
-
-static uint64_t class_pages(unsigned c)
-{
-	if (c <= 256)
-		return c;
-	unsigned b = (c - 257) / 8, k = (c - 257) % 8 + 1;
-	return ((uint64_t)1 << b) + (uint64_t)k * ((uint64_t)1 << (b - 3));
-}
-
-unsigned vmap_class_floor(uint64_t n)
-{
-	if (n <= vmap_pool_exact)
-		return (unsigned)n;
-	unsigned b = log2_floor(n);
-	uint64_t step = (uint64_t)1 << (b - 3);
-	uint64_t size = ((uint64_t)1 << b) + (n - ((uint64_t)1 << b)) / step * step;
-	return class_ceil(size);
 }
 
 /* ---- regions and chunks ------------------------------------------------ */
@@ -210,68 +180,79 @@ static inline unsigned bin_of(uint64_t pages)
 	return b < VMAP_FREE_BINS ? b : VMAP_FREE_BINS - 1;
 }
 
-static void bin_push(struct vmap_shard *s, bool big, struct vmap_pte *e, uintptr_t a,
+static inline unsigned list_of(bool big, bool zero)
+{
+	return (big ? 2u : 0u) + (zero ? 0u : 1u);
+}
+
+static void bin_push(struct vmap_shard *s, unsigned li, struct vmap_pte *e, uintptr_t a,
 		     uint64_t pages)
 {
 	unsigned b = bin_of(pages);
-	uintptr_t head = s->free_bin[big][b];
+	uintptr_t head = s->free_bin[li][b];
 	e->next = head;
 	e->prev = 0;
-	if (head) {
-		struct vmap_region *r = vmap_region_of(head);
-		vmap_pte_of(r, head)->prev = a;
-	}
-	s->free_bin[big][b] = a;
-	s->free_bin_mask[big] |= 1ull << b;
+	if (head)
+		vmap_pte_of(vmap_region_of(head), head)->prev = a;
+	s->free_bin[li][b] = a;
+	s->free_bin_mask[li] |= 1ull << b;
 }
 
-static void bin_remove(struct vmap_shard *s, bool big, struct vmap_pte *e, uintptr_t a,
-		       uint64_t pages)
+static void bin_remove(struct vmap_shard *s, unsigned li, struct vmap_pte *e, uint64_t pages)
 {
 	unsigned b = bin_of(pages);
 	if (e->prev)
 		vmap_pte_of(vmap_region_of(e->prev), e->prev)->next = e->next;
 	else
-		s->free_bin[big][b] = e->next;
+		s->free_bin[li][b] = e->next;
 	if (e->next)
 		vmap_pte_of(vmap_region_of(e->next), e->next)->prev = e->prev;
-	if (!s->free_bin[big][b])
-		s->free_bin_mask[big] &= ~(1ull << b);
-	(void)a;
+	if (!s->free_bin[li][b])
+		s->free_bin_mask[li] &= ~(1ull << b);
 }
 
 /* Writes the head and tail tags of a free run and files it in its bin. */
 static void run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a,
-			   uint64_t pages, bool zero, bool big)
+			   uint64_t pages, bool zero, bool big, uint64_t stamp)
 {
 	uint64_t flags = (zero ? VMAP_TAG_ZERO : 0) | (big ? VMAP_TAG_BIG : 0);
+	unsigned li = list_of(big, zero);
 	struct vmap_pte *e = vmap_pte_of(r, a);
 	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_FREE, s->id, pages, flags), __ATOMIC_RELEASE);
 	if (pages > 1)
 		__atomic_store_n(&e[pages - 1].tag, vmap_tag_make(VMAP_ST_FREE_TAIL, s->id, pages, flags),
 				 __ATOMIC_RELAXED);
-	bin_push(s, big, e, a, pages);
-	s->free_pages[big] += pages;
+	e->stamp = stamp;
+	bin_push(s, li, e, a, pages);
+	s->free_pages[li] += pages;
+	if (!zero)
+		s->cached_bytes += pages << VMAP_PAGE_SHIFT;
 }
 
 /* Unfiles a free run and clears its tags. */
-static void run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t pages,
-			    bool big)
+static void run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 {
-	bin_remove(s, big, e, a, pages);
+	uint64_t pages = vmap_tag_pages(t);
+	bool zero = t & VMAP_TAG_ZERO;
+	unsigned li = list_of(t & VMAP_TAG_BIG, zero);
+	bin_remove(s, li, e, pages);
 	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
 	if (pages > 1)
 		__atomic_store_n(&e[pages - 1].tag, 0, __ATOMIC_RELAXED);
-	s->free_pages[big] -= pages;
+	s->free_pages[li] -= pages;
+	if (!zero)
+		s->cached_bytes -= pages << VMAP_PAGE_SHIFT;
 }
 
-static bool same_run_owner(uint64_t t, unsigned shard, bool big)
+/* Runs merge only within one shard, one kind, and one state (dirty/zero). */
+static bool run_mergeable(uint64_t t, unsigned shard, bool big, bool zero)
 {
-	return vmap_tag_shard(t) == shard && !!(t & VMAP_TAG_BIG) == big;
+	return vmap_tag_shard(t) == shard && !!(t & VMAP_TAG_BIG) == big &&
+	       !!(t & VMAP_TAG_ZERO) == zero;
 }
 
 void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages, bool zero,
-			     bool big)
+			     bool big, uint64_t now)
 {
 	struct vmap_region *r = vmap_region_of(start);
 	struct vmap_pte *e = vmap_pte_of(r, start);
@@ -281,11 +262,11 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
 		unsigned st = vmap_tag_state(lt);
 		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
-		    same_run_owner(lt, s->id, big)) {
+		    run_mergeable(lt, s->id, big, zero)) {
 			uint64_t lp = vmap_tag_pages(lt);
 			uintptr_t ls = start - (lp << VMAP_PAGE_SHIFT);
-			run_take_locked(s, vmap_pte_of(r, ls), ls, lp, big);
-			zero = zero && (lt & VMAP_TAG_ZERO);
+			struct vmap_pte *le = vmap_pte_of(r, ls);
+			run_take_locked(s, le, le->tag);
 			start = ls;
 			pages += lp;
 		}
@@ -295,59 +276,125 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 	if (end < r->base + r->size) {
 		struct vmap_pte *re = vmap_pte_of(r, end);
 		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED);
-		if (vmap_tag_state(rt) == VMAP_ST_FREE && same_run_owner(rt, s->id, big)) {
-			uint64_t rp = vmap_tag_pages(rt);
-			run_take_locked(s, re, end, rp, big);
-			zero = zero && (rt & VMAP_TAG_ZERO);
-			pages += rp;
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && run_mergeable(rt, s->id, big, zero)) {
+			run_take_locked(s, re, rt);
+			pages += vmap_tag_pages(rt);
 		}
 	}
-	run_set_locked(s, r, start, pages, zero, big);
+	run_set_locked(s, r, start, pages, zero, big, now);
+}
+
+/* A run of list li that holds `pages` pages at `align`, or 0: the best fit
+ * among the first runs of the exact bin, else the head of the first bin
+ * whose every run is large enough (the smallest such bin). */
+static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align)
+{
+	uint64_t need = pages + (align > VMAP_PAGE ? (align >> VMAP_PAGE_SHIFT) - 1 : 0);
+	unsigned b = bin_of(pages);
+	uintptr_t best = 0;
+	uint64_t best_m = UINT64_MAX;
+	int budget = 16;
+	for (uintptr_t a = s->free_bin[li][b]; a && budget-- > 0;) {
+		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+		uint64_t m = vmap_tag_pages(e->tag);
+		uintptr_t al = (a + align - 1) & ~(uintptr_t)(align - 1);
+		if (m < best_m && al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
+			best = a;
+			best_m = m;
+			if (m == pages)
+				break;
+		}
+		a = e->next;
+	}
+	if (best)
+		return best;
+	unsigned nb = bin_of(need) + 1;
+	uint64_t mask = nb < 64 ? s->free_bin_mask[li] & ~((1ull << nb) - 1) : 0;
+	return mask ? s->free_bin[li][__builtin_ctzll(mask)] : 0;
 }
 
 /*
  * Carves an area of `pages` pages aligned to `align` bytes from the shard's
- * free runs.  Looks at a few runs of the exact bin first (best use of space),
- * then takes the head of the first larger bin, which always fits.
+ * free runs.  Order: resident (dirty) runs of the request's kind, resident
+ * runs of the other kind (memory already faulted in is the cheapest there
+ * is: a memset at most, where a fresh page costs a fault), known-zero runs of
+ * the request's kind, and for small requests known-zero big runs too (the
+ * lead fragments that 2 MiB alignment leaves in big chunks).  *dirty_bytes is set to the resident bytes
+ * taken (0 from a clean run); the area's kind is the run's (*big).
  */
-static uintptr_t carve_locked(struct vmap_shard *s, bool big, uint64_t pages, size_t align,
-			      bool *zero)
+static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
+			      bool *zero, uint64_t *dirty_bytes)
 {
-	uint64_t need = pages + (align > VMAP_PAGE ? (align >> VMAP_PAGE_SHIFT) - 1 : 0);
+	const unsigned order[4] = {list_of(*big, false), list_of(!*big, false), list_of(*big, true),
+				   list_of(false, true)};
 	uintptr_t found = 0;
-	unsigned b = bin_of(pages);
-	int budget = 8;
-	for (uintptr_t a = s->free_bin[big][b]; a && budget-- > 0;) {
-		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
-		uint64_t m = vmap_tag_pages(e->tag);
-		uintptr_t al = (a + align - 1) & ~(uintptr_t)(align - 1);
-		if (al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
-			found = a;
-			break;
-		}
-		a = e->next;
-	}
-	if (!found) {
-		unsigned nb = bin_of(need) + 1;
-		uint64_t mask = nb < 64 ? s->free_bin_mask[big] & ~((1ull << nb) - 1) : 0;
-		if (!mask)
-			return 0;
-		found = s->free_bin[big][__builtin_ctzll(mask)];
-	}
+	for (int i = 0; i < 4 && !found; i++)
+		found = run_find(s, order[i], pages, align);
+	if (!found)
+		return 0;
 	struct vmap_region *r = vmap_region_of(found);
 	struct vmap_pte *e = vmap_pte_of(r, found);
-	uint64_t t = e->tag, m = vmap_tag_pages(t);
-	bool z = t & VMAP_TAG_ZERO;
-	run_take_locked(s, e, found, m, big);
+	uint64_t t = e->tag, m = vmap_tag_pages(t), stamp = e->stamp;
+	bool z = t & VMAP_TAG_ZERO, kind = t & VMAP_TAG_BIG;
+	run_take_locked(s, e, t);
 	uintptr_t al = (found + align - 1) & ~(uintptr_t)(align - 1);
 	uint64_t lead = (al - found) >> VMAP_PAGE_SHIFT;
 	uint64_t rest = m - lead - pages;
 	if (lead)
-		run_set_locked(s, r, found, lead, z, big);
+		run_set_locked(s, r, found, lead, z, kind, stamp);
 	if (rest)
-		run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, z, big);
+		run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, z, kind, stamp);
 	*zero = z;
+	*big = kind;
+	*dirty_bytes = z ? 0 : pages << VMAP_PAGE_SHIFT;
 	return al;
+}
+
+unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
+				struct vmap_victim *out, unsigned max, uint64_t *taken)
+{
+	/* Oldest first (the kernel's decay order): gather up to DIRTY_SCAN runs,
+	 * then repeatedly take the oldest of them.  Runs are not kept in age
+	 * order, so the scan is bounded; what it misses waits for the next purge. */
+	enum { DIRTY_SCAN = 512 };
+	uintptr_t cand[DIRTY_SCAN];
+	uint64_t stamp[DIRTY_SCAN];
+	unsigned nc = 0;
+	for (unsigned big = 0; big < 2; big++) {
+		unsigned li = list_of(big, false);
+		uint64_t mask = s->free_bin_mask[li];
+		while (mask && nc < DIRTY_SCAN) {
+			unsigned b = (unsigned)__builtin_ctzll(mask);
+			mask &= mask - 1;
+			for (uintptr_t a = s->free_bin[li][b]; a && nc < DIRTY_SCAN;) {
+				struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+				if (!older_than || e->stamp <= older_than) {
+					cand[nc] = a;
+					stamp[nc++] = e->stamp;
+				}
+				a = e->next;
+			}
+		}
+	}
+	unsigned n = 0;
+	uint64_t got = 0;
+	while (n < max && got < want_bytes && nc > 0) {
+		unsigned oldest = 0;
+		for (unsigned i = 1; i < nc; i++)
+			if (stamp[i] < stamp[oldest])
+				oldest = i;
+		uintptr_t a = cand[oldest];
+		cand[oldest] = cand[--nc];
+		stamp[oldest] = stamp[nc];
+		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+		uint64_t t = e->tag, np = vmap_tag_pages(t);
+		run_take_locked(s, e, t);
+		e->tag = vmap_tag_make(VMAP_ST_PURGING, s->id, np, t & VMAP_TAG_BIG);
+		out[n++] = (struct vmap_victim){a, np, e->tag};
+		got += np << VMAP_PAGE_SHIFT;
+	}
+	*taken += got;
+	return n;
 }
 
 /* ---- pools (shard lock held) ------------------------------------------- */
@@ -355,7 +402,7 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool big, uint64_t pages, si
 void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now)
 {
 	uint64_t pages = vmap_tag_pages(e->tag);
-	struct vmap_pool *p = &s->pool[vmap_class_floor(pages)];
+	struct vmap_pool *p = &s->pool[pages];
 	e->next = p->head;
 	e->prev = 0;
 	e->stamp = now;
@@ -387,11 +434,11 @@ void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
 				   unsigned max)
 {
-	unsigned cls = class_ceil(pages), n = 0;
-	struct vmap_pool *p = &s->pool[cls];
+	unsigned n = 0;
+	struct vmap_pool *p = &s->pool[pages];
 	while (n < max && p->head) {
 		uintptr_t a = p->head;
-		vmap_pool_remove_locked(s, cls, a);
+		vmap_pool_remove_locked(s, pages, a);
 		out[n++] = a;
 	}
 	return n;
@@ -400,21 +447,47 @@ unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr
 /* ---- the public range operations --------------------------------------- */
 
 /* Area pages (guard included) for a request, 0 on overflow. */
-static uint64_t area_pages(size_t size, bool *big, unsigned *cls)
+static uint64_t area_pages(size_t size, bool *big)
 {
 	if (size > ((size_t)1 << 46))
 		return 0; /* 64 TiB: larger than any arena could be */
 	uint64_t n = ((size + VMAP_PAGE - 1) >> VMAP_PAGE_SHIFT) + 1;
 	if (n < 2)
 		n = 2;
+	/* Big areas start 2 MiB aligned in THP-advised chunks, but keep their
+	 * exact size: rounding them to whole huge pages was measured to cost
+	 * more in fragmentation (bench random: 1/3 of each 2-4 MiB block) than
+	 * it saved in huge-page splits at purge. */
 	*big = (n - 1) << VMAP_PAGE_SHIFT >= VMAP_BIG_MIN;
-	/* Big areas are whole huge pages: a purge then frees huge pages whole
-	 * instead of splitting one shared with a neighbour (thp_split_pmd),
-	 * and every class size above 2 MiB is a multiple of 2 MiB. */
-	if (*big)
-		n = (n + VMAP_BIG_PAGES - 1) & ~(uint64_t)(VMAP_BIG_PAGES - 1);
-	*cls = class_ceil(n);
-	return *cls < VMAP_NCLASSES ? class_pages(*cls) : n;
+	return n;
+}
+
+static inline void publish_live(struct vmap_pte *e, unsigned shard, uint64_t pages, bool big)
+{
+	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, shard, pages, big ? VMAP_TAG_BIG : 0),
+			 __ATOMIC_RELEASE);
+}
+
+/*
+ * Before carving fresh memory, which faults, pooled areas of other sizes are
+ * turned into resident free runs so that this request can reuse them: exact
+ * pools pay off while sizes repeat; when they do not (random sizes), the
+ * memory is worth more merged than waiting for its exact size.
+ */
+static void pools_to_runs_locked(struct vmap_shard *s)
+{
+	if (!s->cached_bytes)
+		return;
+	for (unsigned c = 2; c < VMAP_NCLASSES; c++) {
+		struct vmap_pool *p = &s->pool[c];
+		while (p->count) {
+			uintptr_t a = p->tail;
+			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+			uint64_t stamp = e->stamp, t = e->tag;
+			vmap_pool_remove_locked(s, c, a);
+			vmap_free_insert_locked(s, a, vmap_tag_pages(t), false, t & VMAP_TAG_BIG, stamp);
+		}
+	}
 }
 
 __attribute__((noinline, cold)) static void *alloc_carve(struct vmap_shard *s, unsigned cpu,
@@ -422,18 +495,24 @@ __attribute__((noinline, cold)) static void *alloc_carve(struct vmap_shard *s, u
 							 bool *zero)
 {
 	/* Shard lock held on entry, released on return. */
+	if (!big && !run_find(s, list_of(false, false), pages, align))
+		pools_to_runs_locked(s);
 	for (int attempt = 0; attempt < 3; attempt++) {
-		uintptr_t a = carve_locked(s, big, pages, align, zero);
+		uint64_t dirty;
+		bool kind = big;
+		uintptr_t a = carve_locked(s, &kind, pages, align, zero, &dirty);
 		if (a) {
-			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
-			__atomic_store_n(&e->tag,
-					 vmap_tag_make(VMAP_ST_LIVE, s->id, pages, big ? VMAP_TAG_BIG : 0),
-					 __ATOMIC_RELEASE);
+			publish_live(vmap_pte_of(vmap_region_of(a), a), s->id, pages, kind);
 			vmap_shard_unlock(s);
-			vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
-			if (vmap_opt.populate && *zero)
-				vmap_os_madvise((void *)a, (pages - 1) << VMAP_PAGE_SHIFT,
-						MADV_POPULATE_WRITE);
+			if (dirty) {
+				vmap_stat_add_cpu(cpu, VMAP_STAT_run_hits, 1);
+				vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)dirty);
+			} else {
+				vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
+				if (vmap_opt.populate)
+					vmap_os_madvise((void *)a, (pages - 1) << VMAP_PAGE_SHIFT,
+							MADV_POPULATE_WRITE);
+			}
 			return (void *)a;
 		}
 		vmap_shard_unlock(s);
@@ -444,7 +523,7 @@ __attribute__((noinline, cold)) static void *alloc_carve(struct vmap_shard *s, u
 		uintptr_t c = chunks_acquire(s, big, nchunks);
 		vmap_shard_lock(s);
 		if (c)
-			vmap_free_insert_locked(s, c, (uint64_t)nchunks * VMAP_CHUNK_PAGES, true, big);
+			vmap_free_insert_locked(s, c, (uint64_t)nchunks * VMAP_CHUNK_PAGES, true, big, 0);
 	}
 	vmap_shard_unlock(s);
 	return NULL;
@@ -453,8 +532,8 @@ __attribute__((noinline, cold)) static void *alloc_carve(struct vmap_shard *s, u
 void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 {
 	bool big;
-	unsigned cls, cpu;
-	uint64_t pages = area_pages(size, &big, &cls);
+	unsigned cpu;
+	uint64_t pages = area_pages(size, &big);
 	if (!pages || !vmap_nregions)
 		return NULL;
 	size_t natural = big ? VMAP_BIG_MIN : VMAP_PAGE;
@@ -463,29 +542,28 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	struct vmap_shard *s = shard_here(&cpu);
 	void *p;
 	uintptr_t a = 0;
-	if (align == natural)
-		a = vmap_cache_pop(s, pages);
-	if (!a && cls < VMAP_NCLASSES && s->pool[cls].count) {
-		/* Aligned requests take the pool head only if it happens to be
-		 * aligned (the kernel's vmap pools do the same). */
-		vmap_shard_lock(s);
-		uintptr_t h = s->pool[cls].head;
-		if (h && !(h & (align - 1))) {
-			a = h;
-			vmap_pool_remove_locked(s, cls, a);
+	if (pages <= vmap_pool_exact) {
+		if (align == natural)
+			a = vmap_cache_pop(s, pages);
+		if (!a && s->pool[pages].count) {
+			/* Aligned requests take the pool head only if it happens to
+			 * be aligned (the kernel's vmap pools do the same). */
+			vmap_shard_lock(s);
+			uintptr_t h = s->pool[pages].head;
+			if (h && !(h & (align - 1))) {
+				a = h;
+				vmap_pool_remove_locked(s, (unsigned)pages, a);
+			}
+			vmap_shard_unlock(s);
 		}
-		vmap_shard_unlock(s);
 	}
 	if (a) {
-		/* A cached area: resident, dirty, already this size class. */
+		/* A pooled area: resident, dirty, exactly this size. */
 		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
-		uint64_t t = e->tag, ap = vmap_tag_pages(t);
-		__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, vmap_tag_shard(t), ap, t & VMAP_TAG_BIG),
-				 __ATOMIC_RELEASE);
+		publish_live(e, vmap_tag_shard(e->tag), pages, big);
 		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_hits, 1);
-		vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)(ap << VMAP_PAGE_SHIFT));
+		vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)(pages << VMAP_PAGE_SHIFT));
 		*zero = false;
-		pages = ap;
 		p = (void *)a;
 	} else {
 		vmap_shard_lock(s);
@@ -554,7 +632,13 @@ void vmap_range_free(void *p, const char *who)
 	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
 	uint64_t now = vmap_os_now_ns();
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
-	if (!vmap_cache_push(here, owner, (uintptr_t)p, pages, now)) {
+	if (pages > vmap_pool_exact) {
+		/* Larger areas become a resident free run, merged with its free
+		 * neighbours, reusable by any size. */
+		vmap_shard_lock(owner);
+		vmap_free_insert_locked(owner, (uintptr_t)p, pages, false, t & VMAP_TAG_BIG, now);
+		vmap_shard_unlock(owner);
+	} else if (!vmap_cache_push(here, owner, (uintptr_t)p, pages, now)) {
 		vmap_shard_lock(owner);
 		vmap_pool_push_locked(owner, e, (uintptr_t)p, now);
 		vmap_shard_unlock(owner);
@@ -602,13 +686,18 @@ bool vmap_range_resize(void *p, size_t size)
 	if (end < r->base + r->size) {
 		struct vmap_pte *re = vmap_pte_of(r, end);
 		uint64_t rt = re->tag, rp = vmap_tag_pages(rt);
-		if (vmap_tag_state(rt) == VMAP_ST_FREE && same_run_owner(rt, s->id, big) &&
-		    pages + rp >= want) {
-			run_take_locked(s, re, end, rp, big);
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
+		    !!(rt & VMAP_TAG_BIG) == big && pages + rp >= want) {
+			uint64_t stamp = re->stamp;
+			bool rz = rt & VMAP_TAG_ZERO;
+			run_take_locked(s, re, rt);
 			uint64_t extra = want - pages;
 			if (rp > extra)
-				run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra,
-					       rt & VMAP_TAG_ZERO, big);
+				run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, rz, big,
+					       stamp);
+			if (!rz)
+				vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes,
+						  -(int64_t)(extra << VMAP_PAGE_SHIFT));
 			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
 					 __ATOMIC_RELEASE);
 			done = true;
@@ -635,9 +724,12 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 		return NULL;
 	/* Move the page tables, not the bytes; the old range stays mapped (and
 	 * empty, hence zero) thanks to MREMAP_DONTUNMAP, so the arena keeps no
-	 * hole another mapping could take. */
-	void *m = vmap_os_mremap(p, old_usable, old_usable,
-				 MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
+	 * hole another mapping could take.  The guard page moves too: an area
+	 * carved from a resident run may have stale bytes there, and the whole
+	 * old range is about to be declared zero.  q's usable part holds it,
+	 * since size > old_usable. */
+	size_t span = (size_t)pages << VMAP_PAGE_SHIFT;
+	void *m = vmap_os_mremap(p, span, span, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
 	if (vmap_os_is_err(m))
 		return q; /* caller copies and frees p */
 	/* p is now zero-filled address space: straight back to free space. */
@@ -646,7 +738,7 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	unsigned cpu = vmap_os_cpu();
 	vmap_shard_lock(s);
 	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
-	vmap_free_insert_locked(s, (uintptr_t)p, pages, true, big);
+	vmap_free_insert_locked(s, (uintptr_t)p, pages, true, big, 0);
 	vmap_shard_unlock(s);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
@@ -686,7 +778,8 @@ int vmap_range_init(void)
 	if (n > VMAP_MAX_SHARDS)
 		n = VMAP_MAX_SHARDS;
 	vmap_nshards = n ? n : 1;
-	vmap_pool_exact = vmap_opt.pool_pages < 8 ? 8 : vmap_opt.pool_pages;
+	/* POOL_PAGES counts usable pages; areas carry one more, the guard. */
+	vmap_pool_exact = vmap_opt.pool_pages + 1;
 	vmap_lazy_max = vmap_opt.lazy_max ? vmap_opt.lazy_max
 					  : (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20);
 	vmap_shards_bytes = ((size_t)vmap_nshards * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
@@ -748,30 +841,37 @@ __attribute__((noreturn)) static void check_fail(const char *what, uintptr_t a)
 /*
  * The slow, obvious model: walk every page of every claimed chunk in address
  * order; areas and free runs must tile each chunk run exactly, tags must sit
- * only at heads (and free tails), adjacent free runs of one owner must have
- * been merged, and every pooled area and free run must be on exactly the list
- * its tag says.  O(arena pages): unit tests only.
+ * only at heads (and free tails), adjacent free runs that could merge must
+ * have been merged, every free run must be on the bin list its tag names,
+ * every pooled area on its pool, and the shard's page and byte counts must
+ * equal what the walk finds.  O(arena pages): unit tests only, one thread.
  */
 void vmap_range_check(void)
 {
-	uint64_t pooled = 0, freed[VMAP_MAX_SHARDS][2] = {{0}};
+	static uint64_t freed[VMAP_MAX_SHARDS][VMAP_RUN_LISTS], dirty_bytes[VMAP_MAX_SHARDS];
+	uint64_t pooled = 0;
+	for (unsigned i = 0; i < vmap_nshards; i++) {
+		dirty_bytes[i] = 0;
+		for (unsigned k = 0; k < VMAP_RUN_LISTS; k++)
+			freed[i][k] = 0;
+	}
 	for (unsigned i = 0; i < vmap_nregions; i++) {
 		struct vmap_region *r = &vmap_regions[i];
 		uintptr_t a = r->base, end = r->base + r->size;
-		uint64_t prev_free_owner = UINT64_MAX;
+		uint64_t prev_free = UINT64_MAX;
 		while (a < end) {
 			size_t c = (a - r->base) >> VMAP_CHUNK_SHIFT;
 			if (!r->chunk_owner[c]) {
 				a = r->base + ((c + 1) << VMAP_CHUNK_SHIFT);
-				prev_free_owner = UINT64_MAX;
+				prev_free = UINT64_MAX;
 				continue;
 			}
 			struct vmap_pte *e = vmap_pte_of(r, a);
 			uint64_t t = e->tag, n = vmap_tag_pages(t);
-			unsigned st = vmap_tag_state(t);
+			unsigned st = vmap_tag_state(t), sh = vmap_tag_shard(t);
 			if (st == VMAP_ST_NONE || st == VMAP_ST_FREE_TAIL || n == 0)
 				check_fail("no head tag where an area or free run must start", a);
-			if (vmap_tag_shard(t) + 1u != (r->chunk_owner[c] & 0x7fffu))
+			if (sh + 1u != (r->chunk_owner[c] & 0x7fffu))
 				check_fail("area owner differs from chunk owner", a);
 			for (uint64_t k = 1; k < n; k++) {
 				uint64_t kt = e[k].tag;
@@ -780,14 +880,24 @@ void vmap_range_check(void)
 				if (kt && !tail_ok)
 					check_fail("stray tag inside an area", a + (k << VMAP_PAGE_SHIFT));
 			}
-			uint64_t owner = (uint64_t)vmap_tag_shard(t) * 2 + !!(t & VMAP_TAG_BIG);
+			bool big = t & VMAP_TAG_BIG, zero = t & VMAP_TAG_ZERO;
+			uint64_t key = (uint64_t)sh * VMAP_RUN_LISTS + list_of(big, zero);
 			if (st == VMAP_ST_FREE) {
-				if (prev_free_owner == owner)
+				if (prev_free == key)
 					check_fail("two adjacent free runs were not merged", a);
-				prev_free_owner = owner;
-				freed[vmap_tag_shard(t)][!!(t & VMAP_TAG_BIG)] += n;
+				prev_free = key;
+				freed[sh][list_of(big, zero)] += n;
+				if (!zero)
+					dirty_bytes[sh] += n << VMAP_PAGE_SHIFT;
+				bool listed = false;
+				for (uintptr_t x = vmap_shards[sh].free_bin[list_of(big, zero)][bin_of(n)]; x;
+				     x = vmap_pte_of(vmap_region_of(x), x)->next)
+					if (x == a)
+						listed = true;
+				if (!listed)
+					check_fail("free run missing from its bin", a);
 			} else {
-				prev_free_owner = UINT64_MAX;
+				prev_free = UINT64_MAX;
 			}
 			if (st == VMAP_ST_CACHED)
 				pooled += n;
@@ -797,21 +907,25 @@ void vmap_range_check(void)
 	uint64_t pool_pages = 0;
 	for (unsigned i = 0; i < vmap_nshards; i++) {
 		struct vmap_shard *s = &vmap_shards[i];
-		for (int k = 0; k < 2; k++)
+		uint64_t shard_pool_bytes = 0;
+		for (unsigned k = 0; k < VMAP_RUN_LISTS; k++)
 			if (freed[i][k] != s->free_pages[k])
 				check_fail("free-page count of a shard disagrees with the walk", i);
 		for (unsigned c = 0; c < VMAP_NCLASSES; c++) {
 			uint32_t cnt = 0;
 			for (uintptr_t a = s->pool[c].head; a; a = vmap_pte_of(vmap_region_of(a), a)->next) {
 				uint64_t t = vmap_pte_of(vmap_region_of(a), a)->tag;
-				if (vmap_tag_state(t) != VMAP_ST_CACHED || vmap_class_floor(vmap_tag_pages(t)) != c)
-					check_fail("pooled area with a wrong tag or class", a);
-				pool_pages += vmap_tag_pages(t);
+				if (vmap_tag_state(t) != VMAP_ST_CACHED || vmap_tag_pages(t) != c)
+					check_fail("pooled area with a wrong tag or size", a);
+				pool_pages += c;
+				shard_pool_bytes += (uint64_t)c << VMAP_PAGE_SHIFT;
 				cnt++;
 			}
 			if (cnt != s->pool[c].count)
 				check_fail("pool count disagrees with its list", c);
 		}
+		if (s->cached_bytes != shard_pool_bytes + dirty_bytes[i])
+			check_fail("cached bytes of a shard disagree with its pools and dirty runs", i);
 	}
 	if (pool_pages + vmap_cache_pages_held() != pooled)
 		check_fail("cached areas missing from pools", pooled);

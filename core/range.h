@@ -102,10 +102,10 @@ struct vmap_region {
 	size_t pt_bytes, owner_bytes;
 };
 
-/* Pool classes: 1..POOL_PAGES exact page counts (guard included), then eight
- * classes per doubling.  An area of n pages is pushed to class_floor(n) and a
- * request for n pages pops from class_ceil(n), so every pooled area fits. */
-#define VMAP_NCLASSES (257 + 8 * 40)
+/* Pools: one per exact area size of 2..POOL_PAGES+1 pages (guard included).
+ * Larger freed areas become resident ("dirty") free runs that coalesce with
+ * their free neighbours, so any later size can reuse them (see range.c). */
+#define VMAP_NCLASSES 514
 
 struct vmap_pool {
 	uintptr_t head, tail; /* head = most recently freed */
@@ -113,14 +113,17 @@ struct vmap_pool {
 };
 
 #define VMAP_FREE_BINS 48
+/* Free-run lists per shard: [big * 2 + dirty]; a dirty run is resident
+ * (freed, not yet purged), a clean one is known zero (fresh or purged). */
+#define VMAP_RUN_LISTS 4
 
 struct vmap_shard {
 	struct vmap_lock lock;
 	unsigned id;
-	uint64_t free_bin_mask[2];        /* [kind]: bit b set = bin b non-empty */
-	uintptr_t free_bin[2][VMAP_FREE_BINS];
-	uint64_t cached_bytes;            /* bytes in pools, under lock */
-	uint64_t free_pages[2];           /* pages in free runs */
+	uint64_t free_bin_mask[VMAP_RUN_LISTS]; /* bit b set = bin b non-empty */
+	uintptr_t free_bin[VMAP_RUN_LISTS][VMAP_FREE_BINS];
+	uint64_t free_pages[VMAP_RUN_LISTS];
+	uint64_t cached_bytes;            /* pooled areas + dirty runs, under lock */
 	struct vmap_pool pool[VMAP_NCLASSES];
 } __attribute__((aligned(64)));
 
@@ -129,6 +132,7 @@ extern unsigned vmap_nregions;
 extern struct vmap_shard *vmap_shards;
 extern unsigned vmap_nshards;
 extern uint64_t vmap_lazy_max;
+extern uint64_t vmap_pool_exact; /* areas of up to this many pages are pooled */
 
 static inline struct vmap_region *vmap_region_of(uintptr_t a)
 {
@@ -153,14 +157,23 @@ static inline void vmap_shard_unlock(struct vmap_shard *s)
 /* Turns a purged (or never used) run into free space, merging with free
  * neighbours of the same shard and kind.  Shard lock held. */
 void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages, bool zero,
-			     bool big);
+			     bool big, uint64_t now);
+struct vmap_victim {
+	uintptr_t a;
+	uint64_t pages;
+	uint64_t tag;
+};
+/* Detaches dirty runs for a purge, largest first, until want_bytes or max
+ * (with older_than, only runs freed before it): tags become PURGING.
+ * Returns the count and adds the bytes to *taken. */
+unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
+				struct vmap_victim *out, unsigned max, uint64_t *taken);
 void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a);
 /* Files a freed area (tag CACHED) in its pool, the newest at the head. */
 void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now);
 /* Moves up to max areas of the pool for `pages` into out[]; returns how many. */
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
 				   unsigned max);
-unsigned vmap_class_floor(uint64_t pages);
 void vmap_purge_maybe(uint64_t now);
 void vmap_purge_fork_prepare(void);
 void vmap_purge_fork_parent(void);

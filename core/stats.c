@@ -202,8 +202,10 @@ static void write_text(struct vmap_buf *b, int main_pid)
 	vmap_buf_str(b, "pool hits ");
 	vmap_buf_u64(b, V(pool_hits));
 	vmap_buf_str(b, " (");
-	pct(b, V(pool_hits), V(pool_hits) + V(pool_misses));
-	vmap_buf_str(b, "), carved ");
+	pct(b, V(pool_hits), V(pool_hits) + V(run_hits) + V(pool_misses));
+	vmap_buf_str(b, "), resident runs ");
+	vmap_buf_u64(b, V(run_hits));
+	vmap_buf_str(b, ", fresh ");
 	vmap_buf_u64(b, V(pool_misses));
 	vmap_buf_str(b, ", calloc zeroing skipped ");
 	vmap_buf_u64(b, V(calloc_zero_skipped));
