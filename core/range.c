@@ -58,6 +58,7 @@
 
 struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
 unsigned vmap_nregions;
+uintptr_t vmap_span_lo, vmap_span_hi;
 struct vmap_shard *vmap_shards;
 unsigned vmap_nshards = 1;
 uint64_t vmap_lazy_max;
@@ -109,6 +110,15 @@ static int region_add(size_t want, size_t at_least)
 	r->nchunks = nchunks;
 	r->pt_bytes = pt_bytes;
 	r->owner_bytes = owner_bytes;
+	/* Widen the span before the region becomes visible: lookups may then
+	 * pass the span test early, never fail it for a live region. */
+	uintptr_t lo = vmap_nregions ? vmap_span_lo : r->base, hi = vmap_span_hi;
+	if (r->base < lo)
+		lo = r->base;
+	if (r->base + size > hi)
+		hi = r->base + size;
+	__atomic_store_n(&vmap_span_hi, hi, __ATOMIC_RELEASE);
+	__atomic_store_n(&vmap_span_lo, lo, __ATOMIC_RELEASE);
 	__atomic_store_n(&vmap_nregions, vmap_nregions + 1, __ATOMIC_RELEASE);
 	vmap_stat_add_cpu(0, VMAP_STAT_regions, 1);
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)(size + pt_bytes + owner_bytes));
@@ -458,8 +468,13 @@ static uint64_t area_pages(size_t size, bool *big)
 	 * exact size: rounding them to whole huge pages was measured to cost
 	 * more in fragmentation (bench random: 1/3 of each 2-4 MiB block) than
 	 * it saved in huge-page splits at purge. */
-	*big = (n - 1) << VMAP_PAGE_SHIFT >= VMAP_BIG_MIN;
+	*big = vmap_opt.hugepage && (n - 1) << VMAP_PAGE_SHIFT >= VMAP_BIG_MIN;
 	return n;
+}
+
+static inline uint32_t pool_cap(uint64_t pages)
+{
+	return pages <= 17 ? 16 : pages <= 65 ? 8 : 4; /* usable <= 64 KiB, <= 256 KiB, more */
 }
 
 static inline void publish_live(struct vmap_pte *e, unsigned shard, uint64_t pages, bool big)
@@ -640,7 +655,13 @@ void vmap_range_free(void *p, const char *who)
 		vmap_shard_unlock(owner);
 	} else if (!vmap_cache_push(here, owner, (uintptr_t)p, pages, now)) {
 		vmap_shard_lock(owner);
-		vmap_pool_push_locked(owner, e, (uintptr_t)p, now);
+		/* A pool holds a few areas of its size (16/8/4 like the thread
+		 * caches); more would sit unused when sizes vary, while in the
+		 * runs they merge and serve any size. */
+		if (owner->pool[pages].count < pool_cap(pages))
+			vmap_pool_push_locked(owner, e, (uintptr_t)p, now);
+		else
+			vmap_free_insert_locked(owner, (uintptr_t)p, pages, false, t & VMAP_TAG_BIG, now);
 		vmap_shard_unlock(owner);
 	}
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);

@@ -134,8 +134,14 @@ extern unsigned vmap_nshards;
 extern uint64_t vmap_lazy_max;
 extern uint64_t vmap_pool_exact; /* areas of up to this many pages are pooled */
 
+/* [vmap_span_lo, vmap_span_hi) covers every region: one compare rejects the
+ * pointers of glibc's heap, the common case of free() under the libc backend. */
+extern uintptr_t vmap_span_lo, vmap_span_hi;
+
 static inline struct vmap_region *vmap_region_of(uintptr_t a)
 {
+	if (a - vmap_span_lo >= vmap_span_hi - vmap_span_lo)
+		return NULL;
 	unsigned n = __atomic_load_n(&vmap_nregions, __ATOMIC_ACQUIRE);
 	for (unsigned i = 0; i < n; i++)
 		if (a - vmap_regions[i].base < vmap_regions[i].size)
