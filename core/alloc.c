@@ -143,6 +143,8 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
 			 "large allocations go to glibc", NULL);
 	vmap_main_pid = vmap_os_getpid();
+	if (vmap_opt.stats[0] == '1' && vmap_opt.stats[1] == '\0')
+		vmap_stats_keep_stderr();
 	if (vmap_opt.verbose)
 		vmap_options_print(2, true);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);

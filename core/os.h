@@ -52,6 +52,8 @@ int vmap_os_open(const char *path, int flags, int mode);
 long vmap_os_read(int fd, void *buf, size_t len);
 long vmap_os_write(int fd, const void *buf, size_t len);
 int vmap_os_close(int fd);
+/* fcntl(fd, F_DUPFD_CLOEXEC, min): a new fd >= min, or -errno. */
+int vmap_os_dup_cloexec(int fd, int min);
 /* Writes all of buf (retrying short writes and EINTR); 0 or -errno. */
 int vmap_os_write_all(int fd, const void *buf, size_t len);
 

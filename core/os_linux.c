@@ -128,6 +128,11 @@ int vmap_os_close(int fd)
 	return (int)SC(SYS_close, fd, 0, 0, 0, 0, 0);
 }
 
+int vmap_os_dup_cloexec(int fd, int min)
+{
+	return (int)SC(SYS_fcntl, fd, F_DUPFD_CLOEXEC, min, 0, 0, 0);
+}
+
 int vmap_os_write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;

@@ -105,7 +105,22 @@ static void sort_victims(struct vmap_victim *v, unsigned n)
 	}
 }
 
-/* Releases the victims' pages; returns the number of system calls made. */
+/*
+ * Releases the victims' pages; returns the number of system calls made.
+ * Sets ok[i] for each victim whose range the kernel accepted: a failed
+ * madvise (EINVAL on mlocked memory, EAGAIN, ENOMEM at the VMA limit) leaves
+ * its pages as they were, so they must not be declared zero.
+ */
+static bool run_ok[PURGE_MAX_VICTIMS];
+static bool victim_ok[PURGE_MAX_VICTIMS];
+
+static bool batch_unsupported(long err)
+{
+	/* ENOSYS: no process_madvise; EINVAL: no PIDFD_SELF or no DONTNEED for
+	 * it; EPERM/ESRCH/EBADF: pidfd not usable.  Anything else is passing. */
+	return err == -38 || err == -22 || err == -1 || err == -3 || err == -9;
+}
+
 static unsigned release(unsigned n, int advice)
 {
 	unsigned runs = 0;
@@ -118,21 +133,36 @@ static unsigned release(unsigned n, int advice)
 			iov[runs++] = (struct iovec){(void *)victims[i].a, len};
 		total += len;
 	}
+	unsigned calls = 0;
+	bool done = false;
 	if (vmap_batch_state >= 0 && runs > 1) {
 		long r = vmap_os_madvise_batch(iov, runs, advice);
+		calls++;
 		if (r >= 0 && (size_t)r == total) {
 			vmap_batch_state = 1;
-			return 1;
+			done = true;
+			for (unsigned i = 0; i < runs; i++)
+				run_ok[i] = true;
+		} else if (r < 0 && vmap_batch_state == 0 && batch_unsupported(r)) {
+			vmap_batch_state = -1; /* this kernel cannot: one madvise per run from now on */
 		}
-		if (r < 0 && vmap_batch_state == 0)
-			vmap_batch_state = -1; /* kernel without process_madvise(PIDFD_SELF, DONTNEED) */
 	}
-	for (unsigned i = 0; i < runs; i++)
-		vmap_os_madvise(iov[i].iov_base, iov[i].iov_len, advice);
-	return runs;
+	if (!done) {
+		for (unsigned i = 0; i < runs; i++) {
+			run_ok[i] = vmap_os_madvise(iov[i].iov_base, iov[i].iov_len, advice) == 0;
+			calls++;
+		}
+	}
+	/* Map the runs' results back onto the victims (both in address order). */
+	for (unsigned i = 0, ri = 0; i < n; i++) {
+		while ((uintptr_t)iov[ri].iov_base + iov[ri].iov_len <= victims[i].a)
+			ri++;
+		victim_ok[i] = run_ok[ri];
+	}
+	return calls;
 }
 
-static void reinsert(unsigned n, bool zero)
+static void reinsert(unsigned n, int advice)
 {
 	struct vmap_shard *s = NULL;
 	for (unsigned i = 0; i < n; i++) {
@@ -143,7 +173,9 @@ static void reinsert(unsigned n, bool zero)
 			s = owner;
 			vmap_shard_lock(s);
 		}
-		vmap_free_insert_locked(s, victims[i].a, victims[i].pages, zero,
+		unsigned state = victim_ok[i] && advice == MADV_DONTNEED ? VMAP_RUN_ZERO
+									   : VMAP_RUN_ADVISED;
+		vmap_free_insert_locked(s, victims[i].a, victims[i].pages, state,
 					victims[i].tag & VMAP_TAG_BIG, 0);
 	}
 	if (s)
@@ -169,7 +201,7 @@ static size_t purge(enum purge_mode mode, uint64_t now)
 			break;
 		sort_victims(victims, n);
 		syscalls += release(n, advice);
-		reinsert(n, advice == MADV_DONTNEED);
+		reinsert(n, advice);
 		for (unsigned i = 0; i < n; i++)
 			bytes += (size_t)victims[i].pages << VMAP_PAGE_SHIFT;
 		if (mode == PURGE_PRESSURE &&

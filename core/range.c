@@ -59,6 +59,8 @@
 struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
 unsigned vmap_nregions;
 uintptr_t vmap_span_lo, vmap_span_hi;
+static unsigned vmap_moves;
+#define VMAP_MAX_MOVES 4096 /* <= 8192 extra VMAs of the process's 65530 */
 struct vmap_shard *vmap_shards;
 unsigned vmap_nshards = 1;
 uint64_t vmap_lazy_max;
@@ -190,9 +192,14 @@ static inline unsigned bin_of(uint64_t pages)
 	return b < VMAP_FREE_BINS ? b : VMAP_FREE_BINS - 1;
 }
 
-static inline unsigned list_of(bool big, bool zero)
+static inline unsigned list_of(bool big, unsigned state)
 {
-	return (big ? 2u : 0u) + (zero ? 0u : 1u);
+	return (big ? 3u : 0u) + state;
+}
+
+static inline uint64_t state_flags(unsigned state)
+{
+	return state == VMAP_RUN_ZERO ? VMAP_TAG_ZERO : state == VMAP_RUN_ADVISED ? VMAP_TAG_ADVISED : 0;
 }
 
 static void bin_push(struct vmap_shard *s, unsigned li, struct vmap_pte *e, uintptr_t a,
@@ -223,10 +230,10 @@ static void bin_remove(struct vmap_shard *s, unsigned li, struct vmap_pte *e, ui
 
 /* Writes the head and tail tags of a free run and files it in its bin. */
 static void run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a,
-			   uint64_t pages, bool zero, bool big, uint64_t stamp)
+			   uint64_t pages, unsigned state, bool big, uint64_t stamp)
 {
-	uint64_t flags = (zero ? VMAP_TAG_ZERO : 0) | (big ? VMAP_TAG_BIG : 0);
-	unsigned li = list_of(big, zero);
+	uint64_t flags = state_flags(state) | (big ? VMAP_TAG_BIG : 0);
+	unsigned li = list_of(big, state);
 	struct vmap_pte *e = vmap_pte_of(r, a);
 	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_FREE, s->id, pages, flags), __ATOMIC_RELEASE);
 	if (pages > 1)
@@ -235,7 +242,7 @@ static void run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_
 	e->stamp = stamp;
 	bin_push(s, li, e, a, pages);
 	s->free_pages[li] += pages;
-	if (!zero)
+	if (state == VMAP_RUN_DIRTY)
 		s->cached_bytes += pages << VMAP_PAGE_SHIFT;
 }
 
@@ -243,26 +250,26 @@ static void run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_
 static void run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 {
 	uint64_t pages = vmap_tag_pages(t);
-	bool zero = t & VMAP_TAG_ZERO;
-	unsigned li = list_of(t & VMAP_TAG_BIG, zero);
+	unsigned state = vmap_tag_run_state(t);
+	unsigned li = list_of(t & VMAP_TAG_BIG, state);
 	bin_remove(s, li, e, pages);
 	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
 	if (pages > 1)
 		__atomic_store_n(&e[pages - 1].tag, 0, __ATOMIC_RELAXED);
 	s->free_pages[li] -= pages;
-	if (!zero)
+	if (state == VMAP_RUN_DIRTY)
 		s->cached_bytes -= pages << VMAP_PAGE_SHIFT;
 }
 
-/* Runs merge only within one shard, one kind, and one state (dirty/zero). */
-static bool run_mergeable(uint64_t t, unsigned shard, bool big, bool zero)
+/* Runs merge only within one shard, one kind, and one state. */
+static bool run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state)
 {
 	return vmap_tag_shard(t) == shard && !!(t & VMAP_TAG_BIG) == big &&
-	       !!(t & VMAP_TAG_ZERO) == zero;
+	       vmap_tag_run_state(t) == state;
 }
 
-void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages, bool zero,
-			     bool big, uint64_t now)
+void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
+			     unsigned state, bool big, uint64_t now)
 {
 	struct vmap_region *r = vmap_region_of(start);
 	struct vmap_pte *e = vmap_pte_of(r, start);
@@ -272,7 +279,7 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
 		unsigned st = vmap_tag_state(lt);
 		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
-		    run_mergeable(lt, s->id, big, zero)) {
+		    run_mergeable(lt, s->id, big, state)) {
 			uint64_t lp = vmap_tag_pages(lt);
 			uintptr_t ls = start - (lp << VMAP_PAGE_SHIFT);
 			struct vmap_pte *le = vmap_pte_of(r, ls);
@@ -286,12 +293,12 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 	if (end < r->base + r->size) {
 		struct vmap_pte *re = vmap_pte_of(r, end);
 		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED);
-		if (vmap_tag_state(rt) == VMAP_ST_FREE && run_mergeable(rt, s->id, big, zero)) {
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && run_mergeable(rt, s->id, big, state)) {
 			run_take_locked(s, re, rt);
 			pages += vmap_tag_pages(rt);
 		}
 	}
-	run_set_locked(s, r, start, pages, zero, big, now);
+	run_set_locked(s, r, start, pages, state, big, now);
 }
 
 /* A run of list li that holds `pages` pages at `align`, or 0: the best fit
@@ -300,7 +307,7 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align)
 {
 	uint64_t need = pages + (align > VMAP_PAGE ? (align >> VMAP_PAGE_SHIFT) - 1 : 0);
-	unsigned b = bin_of(pages);
+	unsigned b = bin_of(need);
 	uintptr_t best = 0;
 	uint64_t best_m = UINT64_MAX;
 	int budget = 16;
@@ -335,28 +342,34 @@ static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, siz
 static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
 			      bool *zero, uint64_t *dirty_bytes)
 {
-	const unsigned order[4] = {list_of(*big, false), list_of(!*big, false), list_of(*big, true),
-				   list_of(false, true)};
+	const bool k = *big;
+	const unsigned order[5] = {
+		list_of(k, VMAP_RUN_DIRTY),   list_of(!k, VMAP_RUN_DIRTY),
+		list_of(k, VMAP_RUN_ADVISED), list_of(k, VMAP_RUN_ZERO),
+		/* small requests may also use the zero lead fragments of big chunks */
+		list_of(true, VMAP_RUN_ZERO),
+	};
 	uintptr_t found = 0;
-	for (int i = 0; i < 4 && !found; i++)
+	for (int i = 0; i < 5 && !found; i++)
 		found = run_find(s, order[i], pages, align);
 	if (!found)
 		return 0;
 	struct vmap_region *r = vmap_region_of(found);
 	struct vmap_pte *e = vmap_pte_of(r, found);
 	uint64_t t = e->tag, m = vmap_tag_pages(t), stamp = e->stamp;
-	bool z = t & VMAP_TAG_ZERO, kind = t & VMAP_TAG_BIG;
+	unsigned state = vmap_tag_run_state(t);
+	bool kind = t & VMAP_TAG_BIG;
 	run_take_locked(s, e, t);
 	uintptr_t al = (found + align - 1) & ~(uintptr_t)(align - 1);
 	uint64_t lead = (al - found) >> VMAP_PAGE_SHIFT;
 	uint64_t rest = m - lead - pages;
 	if (lead)
-		run_set_locked(s, r, found, lead, z, kind, stamp);
+		run_set_locked(s, r, found, lead, state, kind, stamp);
 	if (rest)
-		run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, z, kind, stamp);
-	*zero = z;
+		run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, state, kind, stamp);
+	*zero = state == VMAP_RUN_ZERO;
 	*big = kind;
-	*dirty_bytes = z ? 0 : pages << VMAP_PAGE_SHIFT;
+	*dirty_bytes = state == VMAP_RUN_DIRTY ? pages << VMAP_PAGE_SHIFT : 0;
 	return al;
 }
 
@@ -371,7 +384,7 @@ unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint6
 	uint64_t stamp[DIRTY_SCAN];
 	unsigned nc = 0;
 	for (unsigned big = 0; big < 2; big++) {
-		unsigned li = list_of(big, false);
+		unsigned li = list_of(big, VMAP_RUN_DIRTY);
 		uint64_t mask = s->free_bin_mask[li];
 		while (mask && nc < DIRTY_SCAN) {
 			unsigned b = (unsigned)__builtin_ctzll(mask);
@@ -500,7 +513,8 @@ static void pools_to_runs_locked(struct vmap_shard *s)
 			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 			uint64_t stamp = e->stamp, t = e->tag;
 			vmap_pool_remove_locked(s, c, a);
-			vmap_free_insert_locked(s, a, vmap_tag_pages(t), false, t & VMAP_TAG_BIG, stamp);
+			vmap_free_insert_locked(s, a, vmap_tag_pages(t), VMAP_RUN_DIRTY, t & VMAP_TAG_BIG,
+						stamp);
 		}
 	}
 }
@@ -510,7 +524,7 @@ __attribute__((noinline, cold)) static void *alloc_carve(struct vmap_shard *s, u
 							 bool *zero)
 {
 	/* Shard lock held on entry, released on return. */
-	if (!big && !run_find(s, list_of(false, false), pages, align))
+	if (!big && !run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
 		pools_to_runs_locked(s);
 	for (int attempt = 0; attempt < 3; attempt++) {
 		uint64_t dirty;
@@ -538,7 +552,8 @@ __attribute__((noinline, cold)) static void *alloc_carve(struct vmap_shard *s, u
 		uintptr_t c = chunks_acquire(s, big, nchunks);
 		vmap_shard_lock(s);
 		if (c)
-			vmap_free_insert_locked(s, c, (uint64_t)nchunks * VMAP_CHUNK_PAGES, true, big, 0);
+			vmap_free_insert_locked(s, c, (uint64_t)nchunks * VMAP_CHUNK_PAGES, VMAP_RUN_ZERO,
+						big, 0);
 	}
 	vmap_shard_unlock(s);
 	return NULL;
@@ -594,7 +609,8 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	if (!vmap_counter_slots)
 		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use));
 #ifdef VMAP_DEBUG
-	vmap_range_check();
+	if (!vmap_counter_is_percpu()) /* the model walk is for one thread only */
+		vmap_range_check();
 #endif
 	return p;
 }
@@ -651,7 +667,7 @@ void vmap_range_free(void *p, const char *who)
 		/* Larger areas become a resident free run, merged with its free
 		 * neighbours, reusable by any size. */
 		vmap_shard_lock(owner);
-		vmap_free_insert_locked(owner, (uintptr_t)p, pages, false, t & VMAP_TAG_BIG, now);
+		vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY, t & VMAP_TAG_BIG, now);
 		vmap_shard_unlock(owner);
 	} else if (!vmap_cache_push(here, owner, (uintptr_t)p, pages, now)) {
 		vmap_shard_lock(owner);
@@ -661,7 +677,8 @@ void vmap_range_free(void *p, const char *who)
 		if (owner->pool[pages].count < pool_cap(pages))
 			vmap_pool_push_locked(owner, e, (uintptr_t)p, now);
 		else
-			vmap_free_insert_locked(owner, (uintptr_t)p, pages, false, t & VMAP_TAG_BIG, now);
+			vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY,
+						t & VMAP_TAG_BIG, now);
 		vmap_shard_unlock(owner);
 	}
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
@@ -669,7 +686,8 @@ void vmap_range_free(void *p, const char *who)
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
 	vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, bytes);
 #ifdef VMAP_DEBUG
-	vmap_range_check();
+	if (!vmap_counter_is_percpu()) /* the model walk is for one thread only */
+		vmap_range_check();
 #endif
 	vmap_purge_maybe(now);
 }
@@ -710,13 +728,13 @@ bool vmap_range_resize(void *p, size_t size)
 		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
 		    !!(rt & VMAP_TAG_BIG) == big && pages + rp >= want) {
 			uint64_t stamp = re->stamp;
-			bool rz = rt & VMAP_TAG_ZERO;
+			unsigned rs = vmap_tag_run_state(rt);
 			run_take_locked(s, re, rt);
 			uint64_t extra = want - pages;
 			if (rp > extra)
-				run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, rz, big,
+				run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, rs, big,
 					       stamp);
-			if (!rz)
+			if (rs == VMAP_RUN_DIRTY)
 				vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes,
 						  -(int64_t)(extra << VMAP_PAGE_SHIFT));
 			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
@@ -743,6 +761,12 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	*moved = false;
 	if (!q)
 		return NULL;
+	/* Each move leaves the moved pages in a VMA of their own (the kernel
+	 * keeps their old page offset, so it cannot merge them back): bound
+	 * the moves so that a realloc-heavy program stays far from
+	 * vm.max_map_count (65530 by default); past the budget, copy. */
+	if (__atomic_add_fetch(&vmap_moves, 1, __ATOMIC_RELAXED) > VMAP_MAX_MOVES)
+		return q;
 	/* Move the page tables, not the bytes; the old range stays mapped (and
 	 * empty, hence zero) thanks to MREMAP_DONTUNMAP, so the arena keeps no
 	 * hole another mapping could take.  The guard page moves too: an area
@@ -759,7 +783,7 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	unsigned cpu = vmap_os_cpu();
 	vmap_shard_lock(s);
 	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
-	vmap_free_insert_locked(s, (uintptr_t)p, pages, true, big, 0);
+	vmap_free_insert_locked(s, (uintptr_t)p, pages, VMAP_RUN_ZERO, big, 0);
 	vmap_shard_unlock(s);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
@@ -901,17 +925,18 @@ void vmap_range_check(void)
 				if (kt && !tail_ok)
 					check_fail("stray tag inside an area", a + (k << VMAP_PAGE_SHIFT));
 			}
-			bool big = t & VMAP_TAG_BIG, zero = t & VMAP_TAG_ZERO;
-			uint64_t key = (uint64_t)sh * VMAP_RUN_LISTS + list_of(big, zero);
+			bool big = t & VMAP_TAG_BIG;
+			unsigned rs = vmap_tag_run_state(t);
+			uint64_t key = (uint64_t)sh * VMAP_RUN_LISTS + list_of(big, rs);
 			if (st == VMAP_ST_FREE) {
 				if (prev_free == key)
 					check_fail("two adjacent free runs were not merged", a);
 				prev_free = key;
-				freed[sh][list_of(big, zero)] += n;
-				if (!zero)
+				freed[sh][list_of(big, rs)] += n;
+				if (rs == VMAP_RUN_DIRTY)
 					dirty_bytes[sh] += n << VMAP_PAGE_SHIFT;
 				bool listed = false;
-				for (uintptr_t x = vmap_shards[sh].free_bin[list_of(big, zero)][bin_of(n)]; x;
+				for (uintptr_t x = vmap_shards[sh].free_bin[list_of(big, rs)][bin_of(n)]; x;
 				     x = vmap_pte_of(vmap_region_of(x), x)->next)
 					if (x == a)
 						listed = true;

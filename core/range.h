@@ -83,6 +83,19 @@ enum {
 };
 #define VMAP_TAG_ZERO (1ull << 59)
 #define VMAP_TAG_BIG (1ull << 58)
+#define VMAP_TAG_ADVISED (1ull << 57)
+
+/* The state of a free run: known zero (fresh, or purged with MADV_DONTNEED),
+ * dirty (freed, resident, counted as cached, to be purged), or advised
+ * (released with MADV_FREE, or a purge whose madvise failed: not zero, not
+ * cached, never purged again). */
+enum vmap_run_state { VMAP_RUN_ZERO = 0, VMAP_RUN_DIRTY = 1, VMAP_RUN_ADVISED = 2 };
+
+static inline unsigned vmap_tag_run_state(uint64_t t)
+{
+	return (t & VMAP_TAG_ZERO) ? VMAP_RUN_ZERO : (t & VMAP_TAG_ADVISED) ? VMAP_RUN_ADVISED
+									: VMAP_RUN_DIRTY;
+}
 #define VMAP_TAG_PAGES ((1ull << 48) - 1)
 
 static inline unsigned vmap_tag_state(uint64_t t) { return (unsigned)(t >> 60); }
@@ -113,9 +126,8 @@ struct vmap_pool {
 };
 
 #define VMAP_FREE_BINS 48
-/* Free-run lists per shard: [big * 2 + dirty]; a dirty run is resident
- * (freed, not yet purged), a clean one is known zero (fresh or purged). */
-#define VMAP_RUN_LISTS 4
+/* Free-run lists per shard: [big * 3 + run state]. */
+#define VMAP_RUN_LISTS 6
 
 struct vmap_shard {
 	struct vmap_lock lock;
@@ -162,8 +174,8 @@ static inline void vmap_shard_unlock(struct vmap_shard *s)
 }
 /* Turns a purged (or never used) run into free space, merging with free
  * neighbours of the same shard and kind.  Shard lock held. */
-void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages, bool zero,
-			     bool big, uint64_t now);
+void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
+			     unsigned state, bool big, uint64_t now);
 struct vmap_victim {
 	uintptr_t a;
 	uint64_t pages;

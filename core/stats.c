@@ -327,10 +327,22 @@ static bool expand_path(const char *pat, char *out, size_t cap)
 	return true;
 }
 
+static int vmap_report_fd = 2;
+
+void vmap_stats_keep_stderr(void)
+{
+	/* Programs may close fd 2 before our destructor runs (coreutils does it
+	 * in an atexit handler): keep a private duplicate, close-on-exec, high
+	 * enough to stay out of the program's way. */
+	int fd = vmap_os_dup_cloexec(2, 500);
+	if (fd >= 0)
+		vmap_report_fd = fd;
+}
+
 void vmap_stats_at_exit(int main_pid)
 {
 	const char *dest = vmap_opt.stats;
-	int fd = 2;
+	int fd = vmap_report_fd;
 	bool close_fd = false;
 	if (!(dest[0] == '1' && dest[1] == '\0')) {
 		char path[512];

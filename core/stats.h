@@ -18,5 +18,7 @@ int vmap_stats_write(int fd, int format);
 void vmap_stats_xml(struct vmap_buf *b);
 /* The exit report to VMAPALLOC_STATS (stderr or a new file). */
 void vmap_stats_at_exit(int main_pid);
+/* With VMAPALLOC_STATS=1: duplicate stderr now, for the exit report. */
+void vmap_stats_keep_stderr(void);
 
 #endif

@@ -1,0 +1,495 @@
+/*
+ * alloc.c — unit tests of core/alloc.c: the malloc-family facade.
+ *
+ * The facade initialises itself on its first call from `environ` (options)
+ * and glibc's own allocator (found through dl_iterate_phdr), so each Test
+ * sets its VMAPALLOC_* variables before calling any vmap_* function; Criterion
+ * runs each Test in a fresh process.
+ */
+#include "unit.h"
+
+#include <gnu/libc-version.h>
+#include <malloc.h>
+#include <pthread.h>
+
+#include "alloc.h"
+
+extern char **environ;
+
+/* Drops inherited VMAPALLOC_* variables, then sets the given ones. */
+static void env_setup(const char *const *vars)
+{
+	for (;;) {
+		char name[256] = "";
+		for (char **e = environ; *e; e++) {
+			if (strncmp(*e, "VMAPALLOC_", 10) == 0) {
+				size_t n = strcspn(*e, "=");
+				if (n < sizeof name) {
+					memcpy(name, *e, n);
+					name[n] = '\0';
+				}
+				break;
+			}
+		}
+		if (!name[0])
+			break;
+		unsetenv(name);
+	}
+	setenv("VMAPALLOC_SHARDS", "1", 1);
+	setenv("VMAPALLOC_PURGE_DELAY_MS", "0", 1);
+	for (; vars && *vars; vars++) {
+		char buf[256];
+		snprintf(buf, sizeof buf, "%s", *vars);
+		char *eq = strchr(buf, '=');
+		cr_assert_not_null(eq);
+		*eq = '\0';
+		setenv(buf, eq + 1, 1);
+	}
+	vmap_init();
+	cr_assert(vmap_range_enabled(), "the arena could be reserved");
+}
+
+static void setup(void)
+{
+	env_setup(NULL);
+}
+
+Test(alloc, malloc_zero_returns_unique_pointers, .init = setup)
+{
+	void *a = vmap_malloc(0), *b = vmap_malloc(0);
+	cr_assert_not_null(a);
+	cr_assert_not_null(b);
+	cr_assert_neq(a, b);
+	vmap_free(a);
+	vmap_free(b);
+}
+
+Test(alloc, small_requests_go_to_glibc_large_to_the_arena, .init = setup)
+{
+	void *s = vmap_malloc(1000);
+	void *edge = vmap_malloc(64 * KiB);
+	void *l = vmap_malloc(64 * KiB + 1);
+	cr_assert(s && edge && l);
+	cr_assert_not(vmap_range_owns(s));
+	cr_assert_not(vmap_range_owns(edge), "SMALL_MAX itself is small");
+	cr_assert(vmap_range_owns(l));
+	cr_assert_eq(ctr(VMAP_STAT_large_allocs), 1);
+	cr_assert_eq(ctr(VMAP_STAT_small_allocs), 2);
+	cr_assert(vmap_usable_size(s) >= 1000);
+	cr_assert(vmap_usable_size(l) >= 64 * KiB + 1);
+	cr_assert_eq(vmap_usable_size(NULL), 0);
+	vmap_free(s);
+	vmap_free(edge);
+	vmap_free(l);
+	cr_assert_eq(ctr(VMAP_STAT_large_frees), 1);
+	cr_assert_eq(ctr(VMAP_STAT_small_frees), 2);
+}
+
+Test(alloc, small_max_option_moves_the_boundary)
+{
+	const char *vars[] = {"VMAPALLOC_SMALL_MAX=1M", NULL};
+	env_setup(vars);
+	void *p = vmap_malloc(512 * KiB);
+	void *q = vmap_malloc(MiB + 1);
+	cr_assert_not(vmap_range_owns(p));
+	cr_assert(vmap_range_owns(q));
+	vmap_free(p);
+	vmap_free(q);
+}
+
+Test(alloc, huge_malloc_fails_with_enomem, .init = setup)
+{
+	errno = 0;
+	cr_assert_null(vmap_malloc((size_t)PTRDIFF_MAX + 1));
+	cr_assert_eq(errno, ENOMEM);
+	errno = 0;
+	cr_assert_null(vmap_malloc(SIZE_MAX));
+	cr_assert_eq(errno, ENOMEM);
+}
+
+Test(alloc, calloc_overflow_sets_enomem, .init = setup)
+{
+	errno = 0;
+	cr_assert_null(vmap_calloc(SIZE_MAX / 2, 3));
+	cr_assert_eq(errno, ENOMEM);
+	errno = 0;
+	cr_assert_null(vmap_calloc((size_t)1 << 32, (size_t)1 << 32));
+	cr_assert_eq(errno, ENOMEM);
+	errno = 0;
+	cr_assert_null(vmap_calloc(1, (size_t)PTRDIFF_MAX + 1));
+	cr_assert_eq(errno, ENOMEM);
+}
+
+Test(alloc, calloc_zero_is_valid, .init = setup)
+{
+	void *p = vmap_calloc(0, 100), *q = vmap_calloc(100, 0);
+	cr_assert(p && q && p != q);
+	vmap_free(p);
+	vmap_free(q);
+}
+
+Test(alloc, large_calloc_is_zero_and_skips_the_memset_when_fresh, .init = setup)
+{
+	unsigned char *p = vmap_calloc(1, 8 * MiB);
+	cr_assert_not_null(p);
+	cr_assert(vmap_range_owns(p));
+	cr_assert(all_zero(p, 8 * MiB));
+	cr_assert_eq(ctr(VMAP_STAT_calloc_zero_skipped), 1);
+	vmap_free(p);
+}
+
+Test(alloc, calloc_of_a_reused_dirty_block_is_zero, .init = setup)
+{
+	unsigned char *p = vmap_malloc(3 * MiB);
+	memset(p, 0xff, 3 * MiB);
+	vmap_free(p);
+	unsigned char *q = vmap_calloc(3, MiB);
+	cr_assert(all_zero(q, 3 * MiB), "calloc clears a reused area");
+	if (q == p)
+		cr_assert_eq(ctr(VMAP_STAT_calloc_zero_skipped), 0, "dirty memory needs the memset");
+	vmap_free(q);
+}
+
+Test(alloc, calloc_after_trim_is_zero_without_memset, .init = setup)
+{
+	unsigned char *p = vmap_malloc(3 * MiB);
+	memset(p, 0xff, 3 * MiB);
+	vmap_free(p);
+	cr_assert_eq(vmap_trim(0), 1, "something was released");
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+	unsigned char *q = vmap_calloc(3, MiB);
+	cr_assert(all_zero(q, 3 * MiB));
+	cr_assert_eq(ctr(VMAP_STAT_calloc_zero_skipped), 1, "purged memory is known zero");
+	vmap_free(q);
+}
+
+Test(alloc, realloc_null_is_malloc, .init = setup)
+{
+	void *p = vmap_realloc(NULL, 200 * KiB);
+	cr_assert_not_null(p);
+	cr_assert(vmap_range_owns(p));
+	vmap_free(p);
+}
+
+Test(alloc, realloc_to_zero_frees_and_returns_null, .init = setup)
+{
+	void *p = vmap_malloc(200 * KiB);
+	cr_assert_null(vmap_realloc(p, 0));
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0, "the block was freed");
+	void *s = vmap_malloc(100);
+	cr_assert_null(vmap_realloc(s, 0));
+}
+
+Test(alloc, realloc_grow_chain_keeps_contents, .init = setup)
+{
+	size_t size = 64 * KiB;
+	unsigned char *p = vmap_malloc(size);
+	fill(p, size, size);
+	for (size_t next = size * 2; next <= 64 * MiB; next *= 2) {
+		unsigned char *q = vmap_realloc(p, next);
+		cr_assert_not_null(q, "realloc to %zu", next);
+		cr_assert(check(q, size, size), "contents lost growing %zu -> %zu", size, next);
+		cr_assert(vmap_usable_size(q) >= next);
+		p = q;
+		size = next;
+		fill(p, size, size);
+	}
+	int64_t in_place = ctr(VMAP_STAT_realloc_in_place);
+	int64_t moved = ctr(VMAP_STAT_realloc_moved_pages);
+	int64_t copied = ctr(VMAP_STAT_realloc_copied);
+	cr_assert(in_place + moved + copied > 0);
+	cr_assert(in_place > 0, "growing into the free rest of a chunk happens in place");
+	cr_assert(moved > 0, "crossing into a big chunk moves page tables");
+	cr_assert_eq(ctr(VMAP_STAT_realloc_calls), 10);
+	vmap_free(p);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+}
+
+Test(alloc, realloc_moving_a_big_block_keeps_contents, .init = setup)
+{
+	unsigned char *p = vmap_malloc(4 * MiB);
+	unsigned char *blocker = vmap_malloc(4 * MiB); /* no room to grow in place */
+	fill(p, 4 * MiB, 3);
+	unsigned char *q = vmap_realloc(p, 24 * MiB);
+	cr_assert_neq(q, p);
+	cr_assert(check(q, 4 * MiB, 3));
+	cr_assert_eq(ctr(VMAP_STAT_realloc_moved_pages), 1);
+	vmap_free(q);
+	vmap_free(blocker);
+}
+
+Test(alloc, realloc_shrinking_far_copies_to_a_smaller_block, .init = setup)
+{
+	unsigned char *p = vmap_malloc(8 * MiB);
+	fill(p, 8 * MiB, 4);
+	unsigned char *q = vmap_realloc(p, 100 * KiB);
+	cr_assert_neq(q, p);
+	cr_assert(check(q, 100 * KiB, 4));
+	cr_assert(vmap_usable_size(q) < MiB);
+	cr_assert_eq(ctr(VMAP_STAT_realloc_copied), 1);
+	unsigned char *r = vmap_realloc(q, 1000); /* to glibc */
+	cr_assert_not(vmap_range_owns(r));
+	cr_assert_eq(r[0], pat(4, 0), "the kept part was copied");
+	vmap_free(r);
+}
+
+Test(alloc, realloc_shrinking_a_little_stays_in_place, .init = setup)
+{
+	unsigned char *p = vmap_malloc(8 * MiB);
+	unsigned char *q = vmap_realloc(p, 7 * MiB);
+	cr_assert_eq(q, p);
+	vmap_free(q);
+}
+
+Test(alloc, realloc_of_a_glibc_block_into_the_arena, .init = setup)
+{
+	unsigned char *p = vmap_malloc(1000);
+	memset(p, 0x61, 1000);
+	unsigned char *q = vmap_realloc(p, MiB);
+	cr_assert(vmap_range_owns(q));
+	for (int i = 0; i < 1000; i++)
+		cr_assert_eq(q[i], 0x61);
+	vmap_free(q);
+}
+
+Test(alloc, reallocarray_overflow_sets_enomem, .init = setup)
+{
+	void *p = vmap_malloc(100);
+	errno = 0;
+	cr_assert_null(vmap_reallocarray(p, SIZE_MAX / 2, 3));
+	cr_assert_eq(errno, ENOMEM);
+	void *q = vmap_reallocarray(p, 10, 20); /* p was left alone */
+	cr_assert_not_null(q);
+	vmap_free(q);
+}
+
+Test(alloc, realloc_huge_fails_and_keeps_the_block, .init = setup)
+{
+	unsigned char *p = vmap_malloc(200 * KiB);
+	memset(p, 7, 200 * KiB);
+	errno = 0;
+	cr_assert_null(vmap_realloc(p, (size_t)PTRDIFF_MAX + 1));
+	cr_assert_eq(errno, ENOMEM);
+	cr_assert_eq(p[200 * KiB - 1], 7);
+	vmap_free(p);
+}
+
+Test(alloc, posix_memalign_rejects_bad_alignments, .init = setup)
+{
+	static const size_t bad[] = {0, 1, 2, 3, 4, 12, 24, 48, 4097, SIZE_MAX};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		void *out = (void *)0x1234;
+		errno = 0;
+		cr_assert_eq(vmap_posix_memalign(&out, bad[i], 100), EINVAL, "align %zu", bad[i]);
+		cr_assert_eq(out, (void *)0x1234, "*out untouched on error");
+		cr_assert_eq(errno, 0, "posix_memalign does not set errno");
+	}
+}
+
+Test(alloc, posix_memalign_honours_alignments, .init = setup)
+{
+	for (size_t align = sizeof(void *); align <= 64 * MiB; align <<= 1) {
+		void *p = NULL;
+		size_t size = align < 4096 ? 100 : 5000;
+		cr_assert_eq(vmap_posix_memalign(&p, align, size), 0, "align %zu", align);
+		cr_assert_eq((uintptr_t)p % align, 0, "align %zu -> %p", align, p);
+		memset(p, 1, size);
+		vmap_free(p);
+	}
+}
+
+Test(alloc, posix_memalign_failure_returns_enomem_and_keeps_errno, .init = setup)
+{
+	void *out = NULL;
+	errno = 1234;
+	cr_assert_eq(vmap_posix_memalign(&out, 4096, (size_t)PTRDIFF_MAX + 1), ENOMEM);
+	cr_assert_eq(errno, 1234);
+}
+
+/* glibc >= 2.38 rejects a non-power-of-two alignment (C17); older ones round
+ * it up like memalign.  vmapalloc behaves as the running glibc does. */
+static bool glibc_strict_aligned_alloc(void)
+{
+	int major = 0, minor = 0;
+	sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor);
+	return major > 2 || (major == 2 && minor >= 38);
+}
+
+Test(alloc, aligned_alloc_follows_the_running_glibc, .init = setup)
+{
+	errno = 0;
+	void *p = vmap_aligned_alloc(3, 64);
+	if (glibc_strict_aligned_alloc()) {
+		cr_assert_null(p);
+		cr_assert_eq(errno, EINVAL);
+	} else {
+		cr_assert_not_null(p, "glibc %s rounds the alignment up", gnu_get_libc_version());
+		cr_assert_eq((uintptr_t)p % 4, 0);
+		vmap_free(p);
+	}
+	void *q = vmap_aligned_alloc(64, 100); /* any size (C17 DR 460) */
+	cr_assert_not_null(q);
+	cr_assert_eq((uintptr_t)q % 64, 0);
+	vmap_free(q);
+	void *r = vmap_aligned_alloc(2 * MiB, 10);
+	cr_assert_eq((uintptr_t)r % (2 * MiB), 0);
+	vmap_free(r);
+}
+
+Test(alloc, memalign_rounds_alignment_up, .init = setup)
+{
+	void *p = vmap_memalign(24, 100);
+	cr_assert_not_null(p);
+	cr_assert_eq((uintptr_t)p % 32, 0);
+	vmap_free(p);
+	void *q = vmap_memalign(3000, 100);
+	cr_assert_eq((uintptr_t)q % 4096, 0);
+	vmap_free(q);
+	errno = 0;
+	cr_assert_null(vmap_memalign(SIZE_MAX, 100));
+	cr_assert_eq(errno, EINVAL);
+}
+
+Test(alloc, valloc_and_pvalloc_are_page_aligned, .init = setup)
+{
+	void *a = vmap_valloc(100);
+	void *b = vmap_pvalloc(100);
+	void *c = vmap_pvalloc(0);
+	cr_assert(a && b && c);
+	cr_assert_eq((uintptr_t)a % 4096, 0);
+	cr_assert_eq((uintptr_t)b % 4096, 0);
+	cr_assert(vmap_usable_size(b) >= 4096, "pvalloc rounds the size to pages");
+	cr_assert(vmap_usable_size(c) >= 4096);
+	errno = 0;
+	cr_assert_null(vmap_pvalloc(SIZE_MAX - 100));
+	cr_assert_eq(errno, ENOMEM);
+	vmap_free(a);
+	vmap_free(b);
+	vmap_free(c);
+}
+
+Test(alloc, free_preserves_errno, .init = setup)
+{
+	void *l = vmap_malloc(MiB);
+	void *s = vmap_malloc(10);
+	errno = 4321;
+	vmap_free(l);
+	cr_assert_eq(errno, 4321);
+	vmap_free(s);
+	cr_assert_eq(errno, 4321);
+	vmap_free(NULL);
+	cr_assert_eq(errno, 4321);
+}
+
+Test(alloc, free_of_a_large_block_twice_aborts, .init = setup, .signal = SIGABRT)
+{
+	void *p = vmap_malloc(MiB);
+	vmap_free(p);
+	vmap_free(p);
+}
+
+Test(alloc, trim_releases_the_cache, .init = setup)
+{
+	void *p[8];
+	for (int i = 0; i < 8; i++)
+		p[i] = vmap_malloc(512 * KiB);
+	for (int i = 0; i < 8; i++)
+		vmap_free(p[i]);
+	cr_assert(ctr(VMAP_STAT_cached_bytes) > 0);
+	cr_assert_eq(vmap_trim(0), 1);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+	cr_assert(ctr(VMAP_STAT_purged_bytes) >= (int64_t)(4 * MiB));
+}
+
+Test(alloc, mallinfo2_counts_large_blocks, .init = setup)
+{
+	void *p = vmap_malloc(5 * MiB);
+	struct mallinfo2 mi = vmap_mallinfo2();
+	cr_assert(mi.hblks >= 1);
+	cr_assert(mi.hblkhd >= 5 * MiB);
+	cr_assert(mi.uordblks >= 5 * MiB);
+	vmap_free(p);
+}
+
+Test(alloc, malloc_info_writes_xml_and_rejects_options, .init = setup)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	cr_assert_eq(vmap_malloc_info(0, f), 0);
+	fclose(f);
+	cr_assert(len > 0);
+	cr_assert(strstr(buf, "<malloc") != NULL, "%s", buf);
+	free(buf);
+	errno = 0;
+	cr_assert_eq(vmap_malloc_info(1, stdout), -1);
+	cr_assert_eq(errno, EINVAL);
+}
+
+static void *second_thread(void *arg)
+{
+	(void)arg;
+	void *p = vmap_malloc(MiB);
+	vmap_free(p);
+	return NULL;
+}
+
+Test(alloc, a_second_thread_switches_counters_to_per_cpu, .init = setup)
+{
+	void *p = vmap_malloc(MiB);
+	vmap_free(p);
+	cr_assert_not(vmap_counter_is_percpu(), "one thread: atomic counters");
+	pthread_t t;
+	pthread_create(&t, NULL, second_thread, NULL);
+	pthread_join(t, NULL);
+	cr_assert(vmap_counter_is_percpu());
+	cr_assert_eq(ctr(VMAP_STAT_counter_mode_switches), 1);
+	cr_assert_eq(ctr(VMAP_STAT_malloc_calls), 2, "malloc_calls %ld", (long)ctr(VMAP_STAT_malloc_calls));
+	cr_assert_eq(ctr(VMAP_STAT_free_calls), 2);
+}
+
+struct mt_arg {
+	unsigned idx;
+	unsigned long bad;
+};
+
+static void *mt_worker(void *argp)
+{
+	struct mt_arg *a = argp;
+	uint64_t x = 88172645463325252ull + a->idx;
+	for (int i = 0; i < 2000; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		size_t size = 1 + x % (x % 4 ? 4096 : 2 * MiB);
+		unsigned char *p = vmap_malloc(size);
+		fill(p, size, x);
+		if (x % 3 == 0) {
+			size_t n2 = size * 2 + 1;
+			unsigned char *q = vmap_realloc(p, n2);
+			if (!check(q, size, x))
+				a->bad++;
+			p = q;
+			size = n2;
+			fill(p, size, x);
+		}
+		if (!check(p, size, x))
+			a->bad++;
+		vmap_free(p);
+	}
+	return NULL;
+}
+
+Test(alloc, threads_through_the_facade, .init = setup, .timeout = 120)
+{
+	struct mt_arg a[8];
+	pthread_t t[8];
+	for (unsigned i = 0; i < 8; i++) {
+		a[i] = (struct mt_arg){i, 0};
+		pthread_create(&t[i], NULL, mt_worker, &a[i]);
+	}
+	for (unsigned i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(a[i].bad, 0, "thread %u saw corrupted blocks", i);
+	}
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_malloc_calls), 8 * 2000);
+}

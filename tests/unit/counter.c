@@ -1,0 +1,309 @@
+/*
+ * counter.c — unit tests of core/counter.c: atomic -> per-CPU counters.
+ *
+ * The exact read (base + every slot) must equal the sum of everything added,
+ * whatever the mode, the number of threads, the CPU hints given and the
+ * moment of the switch.
+ */
+#include "unit.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+/* A counter nothing else in these tests touches. */
+#define C VMAP_STAT_purge_ns
+
+struct worker {
+	pthread_t t;
+	unsigned idx;
+	unsigned iters;
+	int64_t net; /* what this worker added in total */
+	volatile bool *go;
+};
+
+/* Adds a mix of small, batch-sized and negative deltas with varied CPU hints. */
+static void *adder(void *arg)
+{
+	struct worker *w = arg;
+	while (w->go && !__atomic_load_n(w->go, __ATOMIC_ACQUIRE))
+		sched_yield();
+	uint64_t x = 0x9e3779b97f4a7c15ull * (w->idx + 1);
+	for (unsigned i = 0; i < w->iters; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		int64_t d;
+		switch (x % 4) {
+		case 0: d = 1; break;
+		case 1: d = 4096; break;
+		case 2: d = -(int64_t)(x % 5000); break;
+		default: d = (int64_t)(x % 300000); break; /* above the batch: folds */
+		}
+		unsigned cpu = (x >> 20) % 2 ? w->idx : vmap_os_cpu();
+		vmap_stat_add_cpu(cpu, C, d);
+		w->net += d;
+	}
+	return NULL;
+}
+
+static void run_threads(unsigned n, unsigned iters, bool percpu)
+{
+	vmap_counter_init(2);
+	if (percpu)
+		cr_assert(vmap_counter_go_percpu());
+	cr_assert_eq(vmap_counter_is_percpu(), percpu);
+	int64_t base = vmap_stat_read(C);
+	volatile bool go = false;
+	struct worker *w = calloc(n, sizeof *w);
+	cr_assert_not_null(w);
+	for (unsigned i = 0; i < n; i++) {
+		w[i] = (struct worker){.idx = i, .iters = iters, .go = &go};
+		cr_assert_eq(pthread_create(&w[i].t, NULL, adder, &w[i]), 0);
+	}
+	__atomic_store_n(&go, true, __ATOMIC_RELEASE);
+	int64_t want = base;
+	for (unsigned i = 0; i < n; i++) {
+		pthread_join(w[i].t, NULL);
+		want += w[i].net;
+	}
+	free(w);
+	cr_assert_eq(vmap_stat_read(C), want, "%u threads, %s mode: read %ld, added %ld", n,
+		     percpu ? "per-CPU" : "atomic", (long)vmap_stat_read(C), (long)want);
+	if (!percpu)
+		cr_assert_eq(vmap_stat_read_approx(C), want, "atomic mode has no slots");
+}
+
+Test(counter, atomic_sum_exact_1_thread) { run_threads(1, 200000, false); }
+Test(counter, atomic_sum_exact_2_threads) { run_threads(2, 100000, false); }
+Test(counter, atomic_sum_exact_16_threads) { run_threads(16, 20000, false); }
+Test(counter, atomic_sum_exact_64_threads) { run_threads(64, 5000, false); }
+Test(counter, percpu_sum_exact_1_thread) { run_threads(1, 200000, true); }
+Test(counter, percpu_sum_exact_2_threads) { run_threads(2, 100000, true); }
+Test(counter, percpu_sum_exact_16_threads) { run_threads(16, 20000, true); }
+Test(counter, percpu_sum_exact_64_threads) { run_threads(64, 5000, true); }
+
+Test(counter, starts_in_atomic_mode_and_switches_once)
+{
+	vmap_counter_init(4);
+	cr_assert_not(vmap_counter_is_percpu());
+	cr_assert_eq(vmap_counter_switch_ns(), 0);
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_counter_mode_switches), 0);
+	int64_t mapped = vmap_stat_read(VMAP_STAT_mapped_bytes);
+	cr_assert(vmap_counter_go_percpu());
+	cr_assert(vmap_counter_is_percpu());
+	cr_assert_neq(vmap_counter_switch_ns(), 0);
+	int64_t *slots = vmap_counter_slots;
+	cr_assert(vmap_counter_go_percpu(), "idempotent");
+	cr_assert_eq(vmap_counter_slots, slots, "the slot block is never replaced");
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_counter_mode_switches), 1);
+	cr_assert(vmap_stat_read(VMAP_STAT_mapped_bytes) > mapped, "the slot block is counted");
+}
+
+Test(counter, batch_scales_with_cpus)
+{
+	vmap_counter_init(2);
+	cr_assert_eq(vmap_counter_batch, 32 * 4096);
+	cr_assert_eq(vmap_counter_nslots, 2);
+	vmap_counter_init(64);
+	cr_assert_eq(vmap_counter_batch, 128 * 4096);
+	vmap_counter_init(0);
+	cr_assert_eq(vmap_counter_nslots, 1);
+	vmap_counter_init(100000);
+	cr_assert_eq(vmap_counter_nslots, 256);
+}
+
+Test(counter, percpu_small_adds_stay_in_slots_until_the_batch)
+{
+	vmap_counter_init(2);
+	cr_assert(vmap_counter_go_percpu());
+	int64_t b0 = vmap_stat_read_approx(C);
+	vmap_stat_add_cpu(0, C, 100);
+	vmap_stat_add_cpu(1, C, 100);
+	cr_assert_eq(vmap_stat_read_approx(C), b0, "below the batch nothing is folded");
+	cr_assert_eq(vmap_stat_read(C), b0 + 200);
+	vmap_stat_add_cpu(0, C, vmap_counter_batch);
+	cr_assert_eq(vmap_stat_read_approx(C), b0 + 100 + vmap_counter_batch, "the slot folded");
+	cr_assert_eq(vmap_stat_read(C), b0 + 200 + vmap_counter_batch);
+	vmap_stat_add_cpu(1, C, -vmap_counter_batch - 100);
+	cr_assert_eq(vmap_stat_read(C), b0 + 100);
+	cr_assert_eq(vmap_stat_read_approx(C), b0 + 100, "negative batches fold too");
+}
+
+Test(counter, any_cpu_hint_is_accepted)
+{
+	vmap_counter_init(2);
+	cr_assert(vmap_counter_go_percpu());
+	vmap_stat_add_cpu(0, C, 1);
+	vmap_stat_add_cpu(7, C, 2);
+	vmap_stat_add_cpu(UINT32_MAX, C, 3);
+	vmap_stat_add_cpu(1000000, C, 4);
+	cr_assert_eq(vmap_stat_read(C), 10);
+}
+
+/* ---- the switch under load ---------------------------------------------- */
+
+struct hammer {
+	pthread_t t;
+	unsigned idx;
+	volatile bool *stop;
+	int64_t net;
+	unsigned long iters;
+};
+
+static void *hammerer(void *arg)
+{
+	struct hammer *h = arg;
+	int64_t d = h->idx % 2 ? 1 : 40000; /* odd: never fold; even: fold often */
+	while (!__atomic_load_n(h->stop, __ATOMIC_ACQUIRE)) {
+		for (int i = 0; i < 64; i++)
+			vmap_stat_add_cpu(h->idx, C, d);
+		h->net += 64 * d;
+		__atomic_store_n(&h->iters, h->iters + 1, __ATOMIC_RELEASE);
+	}
+	return NULL;
+}
+
+/* Waits until every hammerer has done more than since[i] iterations. */
+static void wait_progress(struct hammer *h, const unsigned long *since, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		while (__atomic_load_n(&h[i].iters, __ATOMIC_ACQUIRE) <= since[i] + 8)
+			sched_yield();
+}
+
+Test(counter, no_update_lost_while_switching_under_load, .timeout = 60)
+{
+	for (int round = 0; round < 20; round++) {
+		/* Each round restarts from a fresh atomic mode. */
+		vmap_counter_slots = NULL;
+		vmap_counter_base[C] = 0;
+		vmap_counter_init(2);
+		volatile bool stop = false;
+		struct hammer h[8];
+		unsigned long at[8] = {0};
+		for (unsigned i = 0; i < 8; i++) {
+			h[i] = (struct hammer){.idx = i, .stop = &stop};
+			cr_assert_eq(pthread_create(&h[i].t, NULL, hammerer, &h[i]), 0);
+		}
+		/* Every thread adds in atomic mode, then the switch comes mid-way,
+		 * then every thread adds in per-CPU mode. */
+		wait_progress(h, at, 8);
+		struct timespec ts = {0, round * 100000};
+		nanosleep(&ts, NULL);
+		for (unsigned i = 0; i < 8; i++)
+			at[i] = __atomic_load_n(&h[i].iters, __ATOMIC_ACQUIRE);
+		cr_assert(vmap_counter_go_percpu());
+		wait_progress(h, at, 8);
+		__atomic_store_n(&stop, true, __ATOMIC_RELEASE);
+		int64_t want = 0;
+		for (unsigned i = 0; i < 8; i++) {
+			pthread_join(h[i].t, NULL);
+			want += h[i].net;
+		}
+		cr_assert_eq(vmap_stat_read(C), want, "round %d: read %ld, added %ld", round,
+			     (long)vmap_stat_read(C), (long)want);
+	}
+}
+
+struct pair_worker {
+	pthread_t t;
+	unsigned idx;
+};
+
+static void *add_then_sub(void *arg)
+{
+	struct pair_worker *w = arg;
+	for (int i = 0; i < 20000; i++) {
+		int64_t d = (i % 7 + 1) * 12345;
+		vmap_stat_add_cpu(w->idx, VMAP_STAT_large_bytes_in_use, d);
+		vmap_stat_add_cpu(w->idx * 3 + 1, VMAP_STAT_large_blocks_in_use, 1);
+		vmap_stat_add_cpu(w->idx + 1, VMAP_STAT_large_bytes_in_use, -d);
+		vmap_stat_add_cpu(w->idx, VMAP_STAT_large_blocks_in_use, -1);
+	}
+	return NULL;
+}
+
+static void back_to_baseline(bool percpu)
+{
+	vmap_counter_init(2);
+	if (percpu)
+		cr_assert(vmap_counter_go_percpu());
+	vmap_stat_add_cpu(0, VMAP_STAT_large_bytes_in_use, 5000);
+	vmap_stat_add_cpu(0, VMAP_STAT_large_blocks_in_use, 3);
+	int64_t b0 = vmap_stat_read(VMAP_STAT_large_bytes_in_use);
+	int64_t b1 = vmap_stat_read(VMAP_STAT_large_blocks_in_use);
+	struct pair_worker w[16];
+	for (unsigned i = 0; i < 16; i++) {
+		w[i].idx = i;
+		cr_assert_eq(pthread_create(&w[i].t, NULL, add_then_sub, &w[i]), 0);
+	}
+	for (unsigned i = 0; i < 16; i++)
+		pthread_join(w[i].t, NULL);
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_large_bytes_in_use), b0);
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_large_blocks_in_use), b1);
+}
+
+Test(counter, matched_add_sub_returns_to_baseline_atomic) { back_to_baseline(false); }
+Test(counter, matched_add_sub_returns_to_baseline_percpu) { back_to_baseline(true); }
+
+/* ---- peak --------------------------------------------------------------- */
+
+Test(counter, peak_only_grows_until_reset)
+{
+	vmap_counter_init(2);
+	cr_assert_eq(vmap_stat_peak_large_bytes, 0);
+	vmap_stat_note_peak(100);
+	vmap_stat_note_peak(50);
+	cr_assert_eq(vmap_stat_peak_large_bytes, 100);
+	vmap_stat_note_peak(300);
+	cr_assert_eq(vmap_stat_peak_large_bytes, 300);
+	vmap_stat_add_cpu(0, VMAP_STAT_large_bytes_in_use, 42);
+	vmap_stat_reset_peak();
+	cr_assert_eq(vmap_stat_peak_large_bytes, 42, "reset sets the peak to the current value");
+}
+
+static void *note_peaks(void *arg)
+{
+	int64_t base = (int64_t)(uintptr_t)arg;
+	for (int64_t i = 0; i < 100000; i++)
+		vmap_stat_note_peak(base + i);
+	return NULL;
+}
+
+Test(counter, concurrent_peaks_keep_the_maximum)
+{
+	vmap_counter_init(2);
+	pthread_t t[8];
+	for (uintptr_t i = 0; i < 8; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, note_peaks, (void *)(i * 1000)), 0);
+	for (int i = 0; i < 8; i++)
+		pthread_join(t[i], NULL);
+	cr_assert_eq(vmap_stat_peak_large_bytes, 7000 + 99999);
+}
+
+Test(counter, percpu_folds_of_bytes_in_use_update_the_peak)
+{
+	vmap_counter_init(2);
+	cr_assert(vmap_counter_go_percpu());
+	int64_t big = 3 * vmap_counter_batch;
+	vmap_stat_add_cpu(0, VMAP_STAT_large_bytes_in_use, big);
+	cr_assert(vmap_stat_peak_large_bytes >= big, "peak %ld after a fold of %ld",
+		  (long)vmap_stat_peak_large_bytes, (long)big);
+	vmap_stat_add_cpu(0, VMAP_STAT_large_bytes_in_use, -big);
+	cr_assert(vmap_stat_peak_large_bytes >= big, "the peak stays after the drop");
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_large_bytes_in_use), 0);
+}
+
+Test(counter, range_allocations_raise_the_peak)
+{
+	range_setup(NULL);
+	bool zero;
+	void *a = vmap_range_alloc(8 * MiB, VMAP_PAGE, &zero);
+	void *b = vmap_range_alloc(4 * MiB, VMAP_PAGE, &zero);
+	cr_assert(a && b);
+	int64_t in_use = vmap_stat_read(VMAP_STAT_large_bytes_in_use);
+	cr_assert(in_use >= (int64_t)(12 * MiB));
+	cr_assert_eq(vmap_stat_peak_large_bytes, in_use);
+	vmap_range_free(a, "free");
+	vmap_range_free(b, "free");
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_large_bytes_in_use), 0);
+	cr_assert_eq(vmap_stat_peak_large_bytes, in_use, "the peak survives the frees");
+}

@@ -1,0 +1,71 @@
+/*
+ * fake_os.h — link-time fakes of the OS seam for fault-injection tests.
+ *
+ * Test executables linked with -Wl,--wrap=vmap_os_<fn> (see meson.build) send
+ * every call the core makes to <fn> through __wrap_vmap_os_<fn> in fake_os.c.
+ * By default a wrapper counts the call and forwards it to the real function
+ * (__real_vmap_os_<fn>).  A test can instead:
+ *   - fail the Nth call from now with a given -errno (fake_fail_nth), the next
+ *     N calls (fake_fail_next), or every call (fake_fail_always), until
+ *     fake_fail_clear() or fake_reset();
+ *   - read how many calls were made (fake_calls) and, for madvise and
+ *     madvise_batch, which ranges were advised (fake_advised);
+ *   - make madvise_batch return -EINVAL like a kernel without
+ *     process_madvise(PIDFD_SELF) (fake_batch_mode(FAKE_BATCH_EINVAL)), or
+ *     emulate it with one real madvise per iovec (FAKE_BATCH_EMULATE), so that
+ *     the batch path is exercised whatever the kernel.
+ *
+ * Only calls that cross object files are wrapped: vmap_os_reserve's own call
+ * to mmap (both in os_linux.c) is not seen, which is why reserve itself is
+ * wrapped too.
+ */
+#ifndef VMAP_FAKE_OS_H
+#define VMAP_FAKE_OS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum fake_fn {
+	FAKE_MMAP,
+	FAKE_MUNMAP,
+	FAKE_MADVISE,
+	FAKE_MADVISE_BATCH,
+	FAKE_MREMAP,
+	FAKE_RESERVE,
+	FAKE_NFN
+};
+
+enum fake_batch { FAKE_BATCH_REAL, FAKE_BATCH_EINVAL, FAKE_BATCH_EMULATE };
+
+struct fake_range {
+	uintptr_t addr;
+	size_t len;
+	int advice;
+	bool batch; /* advised through madvise_batch */
+};
+
+/* Forget every fault, count and record; batch mode back to REAL. */
+void fake_reset(void);
+/* The nth call of fn from now (1 = the next one) returns -err. */
+void fake_fail_nth(enum fake_fn fn, unsigned nth, int err);
+/* The next n calls of fn return -err. */
+void fake_fail_next(enum fake_fn fn, unsigned n, int err);
+/* Every call of fn from now returns -err. */
+void fake_fail_always(enum fake_fn fn, int err);
+/* Stop failing fn (counts and records are kept). */
+void fake_fail_clear(enum fake_fn fn);
+/* Calls of fn since the last reset, failed ones included. */
+unsigned fake_calls(enum fake_fn fn);
+/* Calls of fn that were made to fail. */
+unsigned fake_failures(enum fake_fn fn);
+/* madvise calls with this advice since the last reset. */
+unsigned fake_madvise_calls(int advice);
+void fake_batch_mode(enum fake_batch mode);
+/* Copies the recorded ranges with this advice (both paths) to out[];
+ * returns how many there are (possibly more than max). */
+unsigned fake_advised(int advice, struct fake_range *out, unsigned max);
+/* Sizes asked of vmap_os_reserve, in call order. */
+unsigned fake_reserve_sizes(size_t *out, unsigned max);
+
+#endif

@@ -1,0 +1,348 @@
+/*
+ * fault.c — fault-injection tests of the core through the OS seam (fake_os.c).
+ *
+ * The system refuses something (address space, a page-table mapping, madvise,
+ * mremap); the core must report failure where it documents it and keep every
+ * structure consistent (the VMAP_DEBUG model check runs after each range
+ * operation), so that once the fault is gone everything works again.
+ */
+#include "unit.h"
+
+#include <sys/mman.h>
+
+#include "fake_os.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+TestSuite(fault, .timeout = 30);
+
+static void parse_ok(const char *const *env)
+{
+	cr_assert_eq(unit_parse(env), 0);
+	vmap_counter_init(2);
+}
+
+/* ---- init ------------------------------------------------------------------ */
+
+Test(fault, refused_reservation_is_halved)
+{
+	const char *env[] = {"VMAPALLOC_RESERVE=1G", NULL};
+	parse_ok(env);
+	fake_fail_nth(FAKE_RESERVE, 1, ENOMEM);
+	cr_assert_eq(vmap_range_init(), 0);
+	size_t sizes[8];
+	cr_assert_eq(fake_reserve_sizes(sizes, 8), 2);
+	cr_assert_eq(sizes[0], GiB);
+	cr_assert_eq(sizes[1], 512 * MiB);
+	cr_assert_eq(vmap_nregions, 1);
+	cr_assert_eq(vmap_regions[0].size, 512 * MiB, "the region is the halved size");
+	cr_assert_eq(vmap_regions[0].nchunks, 8);
+	bool zero;
+	void *p = vmap_range_alloc(MiB, VMAP_PAGE, &zero);
+	cr_assert_not_null(p);
+	vmap_range_free(p, "free");
+}
+
+Test(fault, default_reservation_halves_until_accepted)
+{
+	parse_ok(NULL);
+	fake_fail_next(FAKE_RESERVE, 3, ENOMEM); /* 64G, 32G, 16G refused */
+	cr_assert_eq(vmap_range_init(), 0);
+	size_t sizes[8];
+	cr_assert_eq(fake_reserve_sizes(sizes, 8), 4);
+	cr_assert_eq(sizes[3], 8 * GiB);
+	cr_assert_eq(vmap_regions[0].size, 8 * GiB);
+}
+
+Test(fault, reservation_gives_up_at_the_floor)
+{
+	const char *env[] = {"VMAPALLOC_RESERVE=512M", NULL};
+	parse_ok(env);
+	fake_fail_always(FAKE_RESERVE, ENOMEM);
+	/* 0 or an error code; the sign is not part of the contract. */
+	cr_assert_neq(vmap_range_init(), 0);
+	size_t sizes[8];
+	cr_assert_eq(fake_reserve_sizes(sizes, 8), 2, "512M, then 256M, then no further");
+	cr_assert_eq(sizes[1], 256 * MiB);
+	cr_assert_eq(vmap_nregions, 0);
+	bool zero;
+	cr_assert_null(vmap_range_alloc(MiB, VMAP_PAGE, &zero), "no arena: NULL, no crash");
+	cr_assert_not(vmap_range_owns(&zero));
+}
+
+Test(fault, shard_table_mapping_failure_fails_init)
+{
+	parse_ok(NULL);
+	fake_fail_nth(FAKE_MMAP, 1, ENOMEM);
+	cr_assert_neq(vmap_range_init(), 0);
+	cr_assert_eq(fake_calls(FAKE_RESERVE), 0, "nothing reserved after the first failure");
+}
+
+Test(fault, page_table_mapping_failure_releases_the_reservation)
+{
+	const char *env[] = {"VMAPALLOC_RESERVE=1G", NULL};
+	parse_ok(env);
+	fake_fail_nth(FAKE_MMAP, 2, ENOMEM); /* 1: shards, 2: the region's page table */
+	cr_assert_neq(vmap_range_init(), 0);
+	cr_assert_eq(fake_failures(FAKE_MMAP), 1);
+	cr_assert_eq(fake_calls(FAKE_MUNMAP), 1, "the reservation is given back");
+	cr_assert_eq(vmap_nregions, 0);
+	cr_assert_eq(ctr(VMAP_STAT_regions), 0);
+	bool zero;
+	cr_assert_null(vmap_range_alloc(MiB, VMAP_PAGE, &zero));
+}
+
+/* ---- growth ------------------------------------------------------------------ */
+
+static const char *const small_arena[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_RESERVE=256M",
+					  "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+
+/* Fills the 256 MiB region with two 100 MiB blocks (four chunks). */
+static void fill_region(void **a, void **b)
+{
+	bool zero;
+	*a = vmap_range_alloc(100 * MiB, VMAP_PAGE, &zero);
+	*b = vmap_range_alloc(100 * MiB, VMAP_PAGE, &zero);
+	cr_assert(*a && *b);
+	cr_assert_eq(ctr(VMAP_STAT_chunks_taken), 4);
+	cr_assert_eq(vmap_nregions, 1);
+	mark(*a, 100 * MiB, 1);
+	mark(*b, 100 * MiB, 2);
+}
+
+Test(fault, chunk_acquisition_failure_returns_null_and_recovers, .timeout = 60)
+{
+	range_setup(small_arena);
+	void *a, *b;
+	fill_region(&a, &b);
+	fake_fail_always(FAKE_RESERVE, ENOMEM);
+	int64_t blocks = ctr(VMAP_STAT_large_blocks_in_use);
+	int64_t bytes = ctr(VMAP_STAT_large_bytes_in_use);
+	bool zero;
+	cr_assert_null(vmap_range_alloc(100 * MiB, VMAP_PAGE, &zero), "no room and no new region");
+	cr_assert(fake_failures(FAKE_RESERVE) >= 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), blocks);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), bytes);
+	cr_assert_eq(vmap_nregions, 1);
+	vmap_range_check();
+	/* What still fits is still served: 40 MiB in the big chunks' remainder. */
+	void *s = vmap_range_alloc(40 * MiB, VMAP_PAGE, &zero);
+	cr_assert_not_null(s, "a block that fits in the remainder is served");
+	/* The fault goes away: the next allocation adds a region. */
+	fake_fail_clear(FAKE_RESERVE);
+	void *c = vmap_range_alloc(100 * MiB, VMAP_PAGE, &zero);
+	cr_assert_not_null(c);
+	cr_assert(zero);
+	cr_assert_eq(vmap_nregions, 2);
+	cr_assert_eq(ctr(VMAP_STAT_regions), 2);
+	mark(c, 100 * MiB, 3);
+	cr_assert(marked(a, 100 * MiB, 1) && marked(b, 100 * MiB, 2) && marked(c, 100 * MiB, 3));
+	vmap_range_free(a, "free");
+	vmap_range_free(b, "free");
+	vmap_range_free(c, "free");
+	vmap_range_free(s, "free");
+	vmap_range_purge(true);
+	vmap_range_check();
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+}
+
+Test(fault, page_table_failure_while_growing_returns_null_and_recovers, .timeout = 60)
+{
+	range_setup(small_arena);
+	void *a, *b;
+	fill_region(&a, &b);
+	fake_fail_always(FAKE_MMAP, ENOMEM);
+	bool zero;
+	unsigned unmaps = fake_calls(FAKE_MUNMAP);
+	cr_assert_null(vmap_range_alloc(100 * MiB, VMAP_PAGE, &zero));
+	cr_assert(fake_calls(FAKE_MUNMAP) > unmaps, "each refused region's reservation is unmapped");
+	cr_assert_eq(vmap_nregions, 1);
+	vmap_range_check();
+	fake_fail_clear(FAKE_MMAP);
+	void *c = vmap_range_alloc(100 * MiB, VMAP_PAGE, &zero);
+	cr_assert_not_null(c);
+	cr_assert_eq(vmap_nregions, 2);
+	vmap_range_free(c, "free");
+	vmap_range_free(a, "free");
+	vmap_range_free(b, "free");
+}
+
+/* ---- purge ---------------------------------------------------------------------- */
+
+static const char *const quiet[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+
+Test(fault, madvise_failure_in_purge_loses_no_area)
+{
+	range_setup(quiet);
+	enum { N = 12 };
+	void *p[N];
+	bool zero;
+	for (int i = 0; i < N; i++)
+		p[i] = vmap_range_alloc(64 * KiB, VMAP_PAGE, &zero);
+	for (int i = 0; i < N; i += 2)
+		vmap_range_free(p[i], "free");
+	fake_fail_always(FAKE_MADVISE, EAGAIN);
+	fake_fail_always(FAKE_MADVISE_BATCH, ENOMEM);
+	size_t released = vmap_range_purge(true);
+	cr_assert_eq(released, (size_t)(N / 2 * 17 * VMAP_PAGE));
+	cr_assert(fake_failures(FAKE_MADVISE) + fake_failures(FAKE_MADVISE_BATCH) > 0);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+	for (int i = 0; i < N; i += 2)
+		cr_assert_eq(vmap_tag_state(tag_of(p[i])), VMAP_ST_FREE, "area %d is a free run", i);
+	vmap_range_check();
+	fake_fail_clear(FAKE_MADVISE);
+	fake_fail_clear(FAKE_MADVISE_BATCH);
+	/* Every area can be had again. */
+	for (int k = 0; k < N / 2; k++) {
+		void *q = vmap_range_alloc(64 * KiB, VMAP_PAGE, &zero);
+		bool known = false;
+		for (int i = 0; i < N; i += 2)
+			known |= q == p[i];
+		cr_assert(known, "%p: the free runs are reused first", q);
+		memset(q, 1, 64 * KiB);
+	}
+	for (int i = 1; i < N; i += 2)
+		vmap_range_free(p[i], "free");
+}
+
+Test(fault, failed_madvise_does_not_make_memory_known_zero)
+{
+	range_setup(quiet);
+	bool zero;
+	unsigned char *p = vmap_range_alloc(64 * KiB, VMAP_PAGE, &zero);
+	memset(p, 0xab, 64 * KiB);
+	vmap_range_free(p, "free");
+	fake_fail_always(FAKE_MADVISE, EINVAL); /* e.g. mlock()ed memory */
+	fake_fail_always(FAKE_MADVISE_BATCH, EINVAL);
+	vmap_range_purge(true);
+	fake_fail_clear(FAKE_MADVISE);
+	fake_fail_clear(FAKE_MADVISE_BATCH);
+	unsigned char *q = vmap_range_alloc(64 * KiB, VMAP_PAGE, &zero);
+	cr_assert_eq(q, p);
+	/* calloc() skips its memset when zero is set: it must be true. */
+	cr_assert(!zero || all_zero(q, 64 * KiB),
+		  "area reported zero but still holds 0x%02x: madvise failed, the pages were kept", q[0]);
+}
+
+Test(fault, failed_batch_falls_back_to_per_run_madvise)
+{
+	range_setup(quiet);
+	bool zero;
+	void *p[8];
+	for (int i = 0; i < 8; i++) {
+		p[i] = vmap_range_alloc(64 * KiB, VMAP_PAGE, &zero);
+		memset(p[i], 0x5e, 64 * KiB);
+	}
+	for (int i = 0; i < 8; i += 2)
+		vmap_range_free(p[i], "free");
+	fake_fail_always(FAKE_MADVISE_BATCH, EAGAIN);
+	vmap_range_purge(true);
+	cr_assert_eq(fake_calls(FAKE_MADVISE_BATCH), 1);
+	cr_assert_eq(fake_madvise_calls(MADV_DONTNEED), 4, "one madvise per run after the batch failed");
+	for (int i = 0; i < 8; i += 2) {
+		unsigned char *q = vmap_range_alloc(64 * KiB, VMAP_PAGE, &zero);
+		cr_assert(zero && all_zero(q, 64 * KiB));
+	}
+}
+
+/* ---- move ---------------------------------------------------------------------- */
+
+Test(fault, mremap_failure_leaves_the_block_for_the_caller_to_copy)
+{
+	range_setup(quiet);
+	bool zero;
+	unsigned char *p = vmap_range_alloc(4 * MiB, VMAP_PAGE, &zero);
+	size_t old = vmap_range_usable(p, "test");
+	fill(p, old, 77);
+	void *blocker = vmap_range_alloc(4 * MiB, VMAP_PAGE, &zero);
+	fake_fail_always(FAKE_MREMAP, ENOMEM);
+	bool moved = true;
+	unsigned char *q = vmap_range_move(p, 16 * MiB, &moved);
+	cr_assert_not_null(q);
+	cr_assert_not(moved);
+	cr_assert_eq(fake_calls(FAKE_MREMAP), 1);
+	cr_assert_eq(vmap_tag_state(tag_of(p)), VMAP_ST_LIVE, "p is still the caller's");
+	cr_assert(check(p, old, 77), "p intact");
+	cr_assert_eq(ctr(VMAP_STAT_realloc_moved_pages), 0);
+	/* What realloc does next: copy and free. */
+	memcpy(q, p, old);
+	vmap_range_free(p, "free");
+	cr_assert(check(q, old, 77));
+	vmap_range_free(q, "free");
+	vmap_range_free(blocker, "free");
+	vmap_range_check();
+}
+
+Test(fault, move_without_an_area_returns_null_and_keeps_the_block)
+{
+	range_setup(small_arena);
+	void *a, *b;
+	fill_region(&a, &b);
+	fake_fail_always(FAKE_RESERVE, ENOMEM);
+	bool moved = true;
+	cr_assert_null(vmap_range_move(a, 200 * MiB, &moved));
+	cr_assert_not(moved);
+	cr_assert_eq(vmap_tag_state(tag_of(a)), VMAP_ST_LIVE);
+	cr_assert(marked(a, 100 * MiB, 1));
+	vmap_range_free(a, "free");
+	vmap_range_free(b, "free");
+}
+
+/* ---- counters, advice ------------------------------------------------------------ */
+
+Test(fault, counters_stay_atomic_when_slots_cannot_be_mapped)
+{
+	vmap_counter_init(2);
+	fake_fail_always(FAKE_MMAP, ENOMEM);
+	cr_assert_not(vmap_counter_go_percpu());
+	cr_assert_not(vmap_counter_is_percpu());
+	vmap_stat_add_cpu(1, VMAP_STAT_purge_ns, 5);
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_purge_ns), 5);
+	fake_fail_clear(FAKE_MMAP);
+	cr_assert(vmap_counter_go_percpu(), "a later attempt succeeds");
+	vmap_stat_add_cpu(1, VMAP_STAT_purge_ns, 5);
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_purge_ns), 10);
+}
+
+Test(fault, big_chunks_are_advised_hugepage_once)
+{
+	range_setup(quiet);
+	fake_reset();
+	bool zero;
+	for (int i = 0; i < 4; i++)
+		cr_assert_not_null(vmap_range_alloc(3 * MiB, VMAP_PAGE, &zero));
+	cr_assert_eq(fake_madvise_calls(MADV_HUGEPAGE), 1, "one chunk, one advice");
+	cr_assert_not_null(vmap_range_alloc(64 * KiB, VMAP_PAGE, &zero));
+	cr_assert_eq(fake_madvise_calls(MADV_HUGEPAGE), 1, "small chunks are not advised");
+}
+
+Test(fault, hugepage_off_means_no_advice)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	range_setup(env);
+	fake_reset();
+	bool zero;
+	cr_assert_not_null(vmap_range_alloc(3 * MiB, VMAP_PAGE, &zero));
+	cr_assert_eq(fake_madvise_calls(MADV_HUGEPAGE), 0);
+}
+
+Test(fault, populate_prefaults_fresh_areas_only)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_POPULATE=1",
+			     "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	fake_reset();
+	bool zero;
+	void *p = vmap_range_alloc(256 * KiB, VMAP_PAGE, &zero);
+	cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), 1);
+	struct fake_range r[2];
+	cr_assert_eq(fake_advised(MADV_POPULATE_WRITE, r, 2), 1);
+	cr_assert_eq(r[0].addr, (uintptr_t)p);
+	cr_assert_eq(r[0].len, 256 * KiB, "the usable part, not the guard");
+	vmap_range_free(p, "free");
+	void *q = vmap_range_alloc(256 * KiB, VMAP_PAGE, &zero);
+	cr_assert_eq(q, p);
+	cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), 1, "a pooled area is resident already");
+}

@@ -1,0 +1,395 @@
+/*
+ * purge.c — unit tests of core/purge.c: lazy, batched purge.
+ *
+ * Linked with the VMAP_DEBUG core (model check after every range operation)
+ * and with fake_os.c wrapping madvise/process_madvise, so the tests can see
+ * which ranges were advised and in how many system calls.
+ */
+#include "unit.h"
+
+#include <sys/mman.h>
+#include <time.h>
+
+#include "fake_os.h"
+
+#define A64K (64 * KiB)                    /* 16 pages + guard = 17 */
+#define AREA64K ((int64_t)(17 * VMAP_PAGE)) /* the area of a 64 KiB block */
+
+static const char *const quiet[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+
+static void *alloc_ok(size_t size)
+{
+	bool zero;
+	void *p = vmap_range_alloc(size, VMAP_PAGE, &zero);
+	cr_assert_not_null(p, "vmap_range_alloc(%zu) failed", size);
+	return p;
+}
+
+TestSuite(purge, .timeout = 30);
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+Test(purge, purge_all_empties_the_cache_and_memory_comes_back_zero)
+{
+	range_setup(quiet);
+	enum { N = 24 };
+	void *p[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = alloc_ok(A64K);
+		memset(p[i], 0xa5, A64K);
+	}
+	for (int i = 0; i < N; i++)
+		vmap_range_free(p[i], "free");
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), N * AREA64K);
+	int64_t purged0 = ctr(VMAP_STAT_purged_bytes);
+	size_t released = vmap_range_purge(true);
+	cr_assert_eq(released, (size_t)(N * AREA64K));
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+	cr_assert_eq(ctr(VMAP_STAT_purged_bytes), purged0 + N * AREA64K);
+	cr_assert_eq(ctr(VMAP_STAT_purges), 1);
+	cr_assert_eq(vmap_shards[0].cached_bytes, 0);
+	for (int i = 0; i < N; i++) {
+		bool zero = false;
+		void *q = vmap_range_alloc(A64K, VMAP_PAGE, &zero);
+		cr_assert_eq(q, p[i], "purged areas are carved again in address order");
+		cr_assert(zero, "purged with MADV_DONTNEED: known zero");
+		cr_assert(all_zero(q, A64K), "block %d reads zero after the purge", i);
+	}
+}
+
+Test(purge, purge_of_an_empty_cache_does_nothing)
+{
+	range_setup(quiet);
+	fake_reset();
+	cr_assert_eq(vmap_range_purge(true), 0);
+	cr_assert_eq(vmap_range_purge(false), 0);
+	cr_assert_eq(fake_calls(FAKE_MADVISE) + fake_calls(FAKE_MADVISE_BATCH), 0);
+	cr_assert_eq(ctr(VMAP_STAT_purge_syscalls), 0);
+}
+
+Test(purge, adjacent_areas_are_released_as_one_range)
+{
+	range_setup(quiet);
+	enum { N = 64 };
+	void *p[N];
+	for (int i = 0; i < N; i++)
+		p[i] = alloc_ok(A64K);
+	for (int i = 1; i < N; i++)
+		cr_assert_eq((char *)p[i], (char *)p[i - 1] + AREA64K, "carved back to back");
+	/* Free in a scrambled order: the purge sorts by address. */
+	for (int i = 0; i < N; i++)
+		vmap_range_free(p[(i * 37) % N], "free");
+	fake_reset();
+	cr_assert_eq(vmap_range_purge(true), (size_t)(N * AREA64K));
+	struct fake_range r[8];
+	unsigned n = fake_advised(MADV_DONTNEED, r, 8);
+	cr_assert_eq(n, 1, "64 adjacent areas -> %u ranges", n);
+	cr_assert_eq(r[0].addr, (uintptr_t)p[0]);
+	cr_assert_eq(r[0].len, (size_t)(N * AREA64K));
+	cr_assert_eq(fake_calls(FAKE_MADVISE_BATCH), 0, "one run needs no batch");
+	cr_assert_eq(ctr(VMAP_STAT_purge_syscalls), 1);
+	/* And the areas became one free run (with the chunk's rest). */
+	cr_assert_eq(vmap_tag_state(tag_of(p[0])), VMAP_ST_FREE);
+	for (int i = 1; i < N; i++)
+		cr_assert_eq(tag_of(p[i]), 0, "merged: no tag inside the run");
+}
+
+/* Allocates 2n blocks of 64 KiB and frees the even ones: n separate runs. */
+static void make_runs(void **p, int n)
+{
+	for (int i = 0; i < 2 * n; i++) {
+		p[i] = alloc_ok(A64K);
+		memset(p[i], 0x3c, A64K);
+	}
+	for (int i = 0; i < 2 * n; i += 2)
+		vmap_range_free(p[i], "free");
+}
+
+/* Allocates the n/2 purged areas of make_runs again: each comes back known
+ * zero and reads zero, and each is one of the even blocks. */
+static void realloc_purged(void **p, int n)
+{
+	for (int k = 0; k < n / 2; k++) {
+		bool zero = false;
+		void *q = vmap_range_alloc(A64K, VMAP_PAGE, &zero);
+		cr_assert_not_null(q);
+		int found = -1;
+		for (int i = 0; i < n; i += 2)
+			if (q == p[i])
+				found = i;
+		cr_assert(found >= 0, "%p is not one of the purged areas", q);
+		cr_assert(zero, "purged area %d is known zero", found);
+		cr_assert(all_zero(q, A64K), "purged area %d reads zero", found);
+		p[found] = NULL; /* taken */
+	}
+}
+
+Test(purge, separate_runs_go_in_one_batch_call)
+{
+	range_setup(quiet);
+	void *p[20];
+	make_runs(p, 10);
+	fake_reset();
+	fake_batch_mode(FAKE_BATCH_EMULATE);
+	cr_assert_eq(vmap_range_purge(true), (size_t)(10 * AREA64K));
+	cr_assert_eq(fake_calls(FAKE_MADVISE_BATCH), 1);
+	cr_assert_eq(fake_madvise_calls(MADV_DONTNEED), 0, "no per-run madvise after a full batch");
+	struct fake_range r[16];
+	cr_assert_eq(fake_advised(MADV_DONTNEED, r, 16), 10, "one iovec per run");
+	for (int i = 0; i < 10; i++) {
+		cr_assert(r[i].batch);
+		cr_assert_eq(r[i].addr, (uintptr_t)p[2 * i], "iovecs sorted by address");
+		cr_assert_eq(r[i].len, (size_t)AREA64K);
+	}
+	cr_assert_eq(ctr(VMAP_STAT_purge_syscalls), 1);
+	realloc_purged(p, 20);
+}
+
+Test(purge, batch_on_the_running_kernel_releases_the_pages)
+{
+	range_setup(quiet);
+	void *p[8];
+	make_runs(p, 4);
+	fake_reset(); /* FAKE_BATCH_REAL: whatever this kernel does */
+	cr_assert_eq(vmap_range_purge(true), (size_t)(4 * AREA64K));
+	cr_assert_eq(fake_calls(FAKE_MADVISE_BATCH), 1);
+	unsigned fallback = fake_madvise_calls(MADV_DONTNEED);
+	cr_assert(fallback == 0 || fallback == 4, "batch or one madvise per run, got %u", fallback);
+	realloc_purged(p, 8);
+}
+
+Test(purge, einval_from_the_batch_falls_back_to_one_madvise_per_run)
+{
+	range_setup(quiet);
+	void *p[20];
+	make_runs(p, 10);
+	fake_reset();
+	fake_batch_mode(FAKE_BATCH_EINVAL);
+	cr_assert_eq(vmap_range_purge(true), (size_t)(10 * AREA64K));
+	cr_assert_eq(fake_calls(FAKE_MADVISE_BATCH), 1);
+	cr_assert_eq(fake_madvise_calls(MADV_DONTNEED), 10);
+	cr_assert_eq(ctr(VMAP_STAT_purge_syscalls), 11); /* the refused batch call counts too */
+	realloc_purged(p, 20);
+	/* The kernel said no once: later purges do not ask again. */
+	for (int i = 1; i < 10; i += 2)
+		vmap_range_free(p[i], "free");
+	cr_assert(vmap_range_purge(true) > 0);
+	cr_assert_eq(fake_calls(FAKE_MADVISE_BATCH), 1, "batch not retried");
+	cr_assert_eq(fake_madvise_calls(MADV_DONTNEED), 15);
+}
+
+Test(purge, decay_takes_a_quarter_oldest_first)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_LAZY_MAX=64M", NULL};
+	range_setup(env);
+	void *p[8];
+	for (int i = 0; i < 8; i++)
+		p[i] = alloc_ok(A64K);
+	for (int i = 0; i < 8; i++)
+		vmap_range_free(p[i], "free");
+	/* 8 areas in cache, a limit of 9: one pressure pass brings the cache
+	 * under 3/4 of the limit by taking a quarter of the pool. */
+	vmap_lazy_max = 9 * AREA64K;
+	size_t released = vmap_range_purge(false);
+	cr_assert_eq(released, (size_t)(2 * AREA64K), "a quarter of 8 areas, rounded up");
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 6 * AREA64K);
+	cr_assert_eq(vmap_tag_state(tag_of(p[0])), VMAP_ST_FREE, "the oldest went first");
+	for (int i = 2; i < 8; i++)
+		cr_assert_eq(vmap_tag_state(tag_of(p[i])), VMAP_ST_CACHED, "area %d kept", i);
+}
+
+Test(purge, decay_rounds_up_for_small_pools)
+{
+	range_setup(quiet);
+	void *p = alloc_ok(A64K);
+	void *q = alloc_ok(200 * KiB);
+	vmap_range_free(p, "free");
+	vmap_range_free(q, "free");
+	/* One area in each of two pools: (1 + 3) / 4 = 1 from each. */
+	vmap_lazy_max = VMAP_PAGE;
+	cr_assert(vmap_range_purge(false) > 0);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+}
+
+Test(purge, pressure_purge_keeps_the_cache_under_lazy_max)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_LAZY_MAX=1M", NULL};
+	range_setup(env);
+	cr_assert_eq(vmap_lazy_max, MiB);
+	enum { N = 32 };
+	void *p[N];
+	for (int i = 0; i < N; i++)
+		p[i] = alloc_ok(128 * KiB); /* 33 pages each: 4.1 MiB in all */
+	for (int i = 0; i < N; i++) {
+		vmap_range_free(p[i], "free");
+		cr_assert(ctr(VMAP_STAT_cached_bytes) <= (int64_t)MiB,
+			  "after free %d: %ld cached, limit 1 MiB", i, (long)ctr(VMAP_STAT_cached_bytes));
+	}
+	cr_assert(ctr(VMAP_STAT_purges) >= 1);
+	cr_assert(ctr(VMAP_STAT_purged_bytes) >= (int64_t)(3 * MiB));
+	/* Calling it again with the cache under the limit does nothing. */
+	int64_t purges = ctr(VMAP_STAT_purges);
+	vmap_purge_maybe(vmap_os_now_ns());
+	cr_assert_eq(ctr(VMAP_STAT_purges), purges);
+}
+
+Test(purge, pressure_purge_through_purge_maybe)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	enum { N = 64 };
+	void *p[N];
+	for (int i = 0; i < N; i++)
+		p[i] = alloc_ok(A64K);
+	for (int i = 0; i < N; i++)
+		vmap_range_free(p[i], "free"); /* 4.25 MiB: under the default limit */
+	cr_assert_eq(ctr(VMAP_STAT_purges), 0);
+	vmap_lazy_max = MiB; /* the limit drops under the cache */
+	vmap_purge_maybe(vmap_os_now_ns());
+	cr_assert_eq(ctr(VMAP_STAT_purges), 1);
+	/* Rounds of a quarter (16, 12, 9, 7 areas), then the bound on rounds:
+	 * one allocating thread does bounded work, the cache is not emptied. */
+	int64_t purged = ctr(VMAP_STAT_purged_bytes);
+	cr_assert(purged >= 16 * AREA64K, "at least a quarter: purged %ld", (long)purged);
+	cr_assert(purged < 64 * AREA64K, "bounded: not all in one call (purged %ld)", (long)purged);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 64 * AREA64K - purged);
+	/* The next free goes on from there. */
+	void *q = alloc_ok(A64K);
+	vmap_range_free(q, "free");
+	cr_assert(ctr(VMAP_STAT_cached_bytes) <= (int64_t)MiB);
+}
+
+Test(purge, advice_free_purged_areas_are_not_known_zero)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_PURGE_ADVICE=free", NULL};
+	range_setup(env);
+	void *p = alloc_ok(A64K);
+	memset(p, 0x99, A64K);
+	vmap_range_free(p, "free");
+	fake_reset();
+	cr_assert(vmap_range_purge(true) > 0);
+	struct fake_range r[4];
+	cr_assert_eq(fake_advised(MADV_FREE, r, 4), 1, "advised with MADV_FREE");
+	cr_assert_eq(fake_advised(MADV_DONTNEED, r, 4), 0);
+	bool zero = true;
+	void *q = vmap_range_alloc(A64K, VMAP_PAGE, &zero);
+	cr_assert_eq(q, p);
+	cr_assert_not(zero, "MADV_FREE pages may keep their contents");
+}
+
+Test(purge, age_purge_after_the_delay)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=50", NULL};
+	range_setup(env);
+	void *p[4];
+	for (int i = 0; i < 4; i++)
+		p[i] = alloc_ok(A64K);
+	for (int i = 0; i < 4; i++)
+		vmap_range_free(p[i], "free");
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 4 * AREA64K, "young areas stay");
+	vmap_purge_maybe(vmap_os_now_ns());
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 4 * AREA64K, "still younger than the delay");
+	sleep_ms(120);
+	vmap_purge_maybe(vmap_os_now_ns()); /* the first call may only arm the timer */
+	vmap_purge_maybe(vmap_os_now_ns());
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+	cr_assert_eq(ctr(VMAP_STAT_purged_bytes), 4 * AREA64K);
+}
+
+Test(purge, age_purge_takes_only_old_areas)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=50", NULL};
+	range_setup(env);
+	void *old = alloc_ok(A64K);
+	void *young = alloc_ok(A64K);
+	vmap_range_free(old, "free"); /* arms the timer */
+	sleep_ms(120);
+	vmap_range_free(young, "free"); /* the delay has passed: purges what is old */
+	vmap_purge_maybe(vmap_os_now_ns());
+	cr_assert_eq(vmap_tag_state(tag_of(old)), VMAP_ST_FREE, "old area purged");
+	cr_assert_eq(vmap_tag_state(tag_of(young)), VMAP_ST_CACHED, "young area kept");
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), AREA64K);
+}
+
+Test(purge, zero_delay_never_purges_by_age)
+{
+	range_setup(quiet);
+	void *p = alloc_ok(A64K);
+	vmap_range_free(p, "free");
+	sleep_ms(60);
+	vmap_purge_maybe(vmap_os_now_ns());
+	vmap_purge_maybe(vmap_os_now_ns());
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), AREA64K);
+	cr_assert_eq(ctr(VMAP_STAT_purges), 0);
+}
+
+Test(purge, purged_runs_merge_with_free_neighbours)
+{
+	range_setup(quiet);
+	void *a = alloc_ok(A64K);
+	void *b = alloc_ok(A64K);
+	void *c = alloc_ok(A64K);
+	vmap_range_free(a, "free");
+	vmap_range_free(c, "free");
+	vmap_range_purge(true);
+	/* a is its own run; c merged with the free rest of the chunk. */
+	cr_assert_eq(vmap_tag_pages(tag_of(a)), 17);
+	cr_assert(vmap_tag_pages(tag_of(c)) > 17);
+	vmap_range_free(b, "free");
+	vmap_range_purge(true);
+	cr_assert_eq(vmap_tag_state(tag_of(a)), VMAP_ST_FREE);
+	cr_assert_eq(vmap_tag_pages(tag_of(a)), VMAP_CHUNK_PAGES, "the whole chunk is one run again");
+	cr_assert_eq(vmap_shards[0].free_pages[0], VMAP_CHUNK_PAGES);
+}
+
+Test(purge, big_areas_purge_and_merge_too)
+{
+	range_setup(quiet);
+	void *p[4];
+	for (int i = 0; i < 4; i++) {
+		p[i] = alloc_ok(3 * MiB);
+		memset(p[i], 0x42, 3 * MiB);
+	}
+	size_t area = vmap_range_usable(p[0], "test") + VMAP_PAGE;
+	unsigned runs = 1; /* areas that do not touch their predecessor start a run */
+	for (int i = 1; i < 4; i++)
+		runs += (char *)p[i] != (char *)p[i - 1] + area;
+	for (int i = 0; i < 4; i++)
+		vmap_range_free(p[i], "free");
+	fake_reset();
+	fake_batch_mode(FAKE_BATCH_EMULATE);
+	cr_assert_eq(vmap_range_purge(true), 4 * area);
+	struct fake_range r[8];
+	cr_assert_eq(fake_advised(MADV_DONTNEED, r, 8), runs);
+	cr_assert_eq(vmap_tag_pages(tag_of(p[0])), VMAP_CHUNK_PAGES,
+		     "areas (and any gaps) merged into the whole chunk");
+	bool zero = false;
+	void *q = vmap_range_alloc(3 * MiB, VMAP_PAGE, &zero);
+	cr_assert_eq(q, p[0]);
+	cr_assert(zero && all_zero(q, 3 * MiB));
+}
+
+Test(purge, purge_covers_every_shard)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=3", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	/* Areas land in the shard of the CPU the test runs on. */
+	enum { N = 30 };
+	void *p[N];
+	for (int i = 0; i < N; i++)
+		p[i] = alloc_ok(A64K);
+	for (int i = 0; i < N; i++)
+		vmap_range_free(p[i], "free");
+	vmap_range_purge(true);
+	for (unsigned s = 0; s < 3; s++)
+		cr_assert_eq(vmap_shards[s].cached_bytes, 0, "shard %u", s);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+}

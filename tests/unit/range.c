@@ -1,0 +1,675 @@
+/*
+ * range.c — unit tests of core/range.c: arena, chunks, shards, areas, pools.
+ *
+ * Linked with the VMAP_DEBUG core: every vmap_range_alloc/free runs the slow
+ * model check vmap_range_check(), which aborts on any inconsistency, so every
+ * Test here also checks the structures after each operation.  (Threaded tests
+ * are in range_threads.c: the model check is not safe to run while other
+ * threads allocate.)
+ */
+#include "unit.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+/* One shard, no age purge: deterministic reuse whatever CPU we run on. */
+static const char *const one_shard[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+
+TestSuite(range, .timeout = 30);
+
+static void *alloc_ok(size_t size, size_t align, bool *zero)
+{
+	bool z = false;
+	void *p = vmap_range_alloc(size, align, &z);
+	cr_assert_not_null(p, "vmap_range_alloc(%zu, %zu) failed", size, align);
+	if (zero)
+		*zero = z;
+	return p;
+}
+
+/* ---- basic shape ------------------------------------------------------- */
+
+Test(range, init_reserves_one_region_of_the_requested_size)
+{
+	range_setup(one_shard);
+	cr_assert_eq(vmap_nregions, 1);
+	cr_assert_eq(vmap_regions[0].size, 64 * GiB);
+	cr_assert_eq(vmap_regions[0].base % VMAP_CHUNK, 0, "regions are chunk aligned");
+	cr_assert_eq(ctr(VMAP_STAT_regions), 1);
+	cr_assert(ctr(VMAP_STAT_mapped_bytes) > (int64_t)(64 * GiB));
+	cr_assert_eq(vmap_range_nshards(), 1);
+}
+
+Test(range, shard_count_follows_the_option)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=5", NULL};
+	range_setup(env);
+	cr_assert_eq(vmap_range_nshards(), 5);
+}
+
+Test(range, shard_count_defaults_to_cpus)
+{
+	range_setup(NULL);
+	cr_assert_eq(vmap_range_nshards(), vmap_os_ncpu() < VMAP_MAX_SHARDS ? vmap_os_ncpu()
+									     : VMAP_MAX_SHARDS);
+}
+
+Test(range, small_sizes_are_page_aligned)
+{
+	range_setup(one_shard);
+	static const size_t sizes[] = {1, 100, 4095, 4096, 4097, 65537, 300000, MiB, 2 * MiB - 1};
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+		void *p = alloc_ok(sizes[i], VMAP_PAGE, NULL);
+		cr_assert_eq((uintptr_t)p % VMAP_PAGE, 0, "%zu -> %p", sizes[i], p);
+		cr_assert(vmap_range_owns(p));
+	}
+}
+
+Test(range, sizes_from_2mib_are_2mib_aligned)
+{
+	range_setup(one_shard);
+	/* First, while only fresh small chunks could serve it: */
+	void *small = alloc_ok(2 * MiB - 4096, VMAP_PAGE, NULL);
+	cr_assert_not(tag_of(small) & VMAP_TAG_BIG, "just under 2 MiB is small");
+	static const size_t sizes[] = {2 * MiB, 2 * MiB + 1, 3 * MiB, 5 * MiB + 4096, 64 * MiB,
+				       100 * MiB};
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+		void *p = alloc_ok(sizes[i], VMAP_PAGE, NULL);
+		cr_assert_eq((uintptr_t)p % (2 * MiB), 0, "%zu -> %p", sizes[i], p);
+		cr_assert(tag_of(p) & VMAP_TAG_BIG, "%zu bytes live in a big chunk", sizes[i]);
+	}
+}
+
+Test(range, alignments_4k_to_1g_are_honoured, .timeout = 60)
+{
+	range_setup(one_shard);
+	for (size_t align = 4 * KiB; align <= GiB; align <<= 1) {
+		void *p = alloc_ok(5000, align, NULL);
+		cr_assert_eq((uintptr_t)p % align, 0, "align %zu -> %p", align, p);
+		cr_assert(vmap_range_usable(p, "test") >= 5000);
+		memset(p, 0x5a, 5000);
+	}
+	void *big = alloc_ok(3 * MiB, 64 * MiB, NULL);
+	cr_assert_eq((uintptr_t)big % (64 * MiB), 0);
+}
+
+Test(range, usable_covers_the_request)
+{
+	range_setup(one_shard);
+	for (size_t size = 1; size < 64 * MiB; size = size * 3 + 7) {
+		void *p = alloc_ok(size, VMAP_PAGE, NULL);
+		size_t u = vmap_range_usable(p, "test");
+		cr_assert(u >= size, "usable %zu < %zu", u, size);
+		cr_assert_eq(u % VMAP_PAGE, 0);
+		/* Within the class rounding: at most 1/8 more, plus a page; big
+		 * areas are also whole 2 MiB pages. */
+		size_t slack = size / 8 + (size >= 2 * MiB ? 2 * MiB : VMAP_PAGE);
+		cr_assert(u <= size + slack, "usable %zu for %zu", u, size);
+		vmap_range_free(p, "free");
+	}
+}
+
+Test(range, fresh_memory_is_zero_and_writable)
+{
+	range_setup(one_shard);
+	static const size_t sizes[] = {4096, 70000, MiB, 3 * MiB, 17 * MiB};
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+		bool zero;
+		unsigned char *p = alloc_ok(sizes[i], VMAP_PAGE, &zero);
+		cr_assert(zero, "fresh area of %zu bytes is known zero", sizes[i]);
+		size_t u = vmap_range_usable(p, "test");
+		cr_assert(all_zero(p, u), "fresh memory of %zu bytes is zero", sizes[i]);
+		memset(p, 0xee, u);
+		cr_assert_eq(p[u - 1], 0xee);
+	}
+}
+
+Test(range, guard_page_separates_neighbours)
+{
+	range_setup(one_shard);
+	char *a = alloc_ok(4096, VMAP_PAGE, NULL);
+	char *b = alloc_ok(4096, VMAP_PAGE, NULL);
+	cr_assert_eq(b, a + 2 * VMAP_PAGE, "carved in address order, a guard page between");
+}
+
+Test(range, zero_size_gives_a_page)
+{
+	range_setup(one_shard);
+	void *p = alloc_ok(0, VMAP_PAGE, NULL);
+	cr_assert_eq(vmap_range_usable(p, "test"), VMAP_PAGE);
+	vmap_range_free(p, "free");
+}
+
+Test(range, absurd_size_returns_null)
+{
+	range_setup(one_shard);
+	bool zero;
+	cr_assert_null(vmap_range_alloc((size_t)1 << 47, VMAP_PAGE, &zero));
+	cr_assert_null(vmap_range_alloc(SIZE_MAX, VMAP_PAGE, &zero));
+	cr_assert_null(vmap_range_alloc(SIZE_MAX - 4096, VMAP_PAGE, &zero));
+	void *p = alloc_ok(4096, VMAP_PAGE, NULL); /* still fine afterwards */
+	vmap_range_free(p, "free");
+}
+
+Test(range, counters_follow_allocs_and_frees)
+{
+	range_setup(one_shard);
+	void *p = alloc_ok(100000, VMAP_PAGE, NULL);
+	size_t u = vmap_range_usable(p, "test");
+	cr_assert_eq(ctr(VMAP_STAT_large_allocs), 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), (int64_t)u);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_allocated), (int64_t)u);
+	cr_assert_eq(ctr(VMAP_STAT_pool_misses), 1);
+	cr_assert_eq(ctr(VMAP_STAT_chunks_taken), 1);
+	vmap_range_free(p, "free");
+	cr_assert_eq(ctr(VMAP_STAT_large_frees), 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), (int64_t)(u + VMAP_PAGE), "area with its guard");
+}
+
+/* ---- reuse ---------------------------------------------------------------- */
+
+Test(range, free_then_alloc_same_size_reuses_the_area)
+{
+	range_setup(one_shard);
+	void *p = alloc_ok(300 * KiB, VMAP_PAGE, NULL);
+	memset(p, 0x11, 300 * KiB);
+	vmap_range_free(p, "free");
+	cr_assert_eq(vmap_tag_state(tag_of(p)), VMAP_ST_CACHED);
+	int64_t hits = ctr(VMAP_STAT_pool_hits);
+	bool zero = true;
+	void *q = alloc_ok(300 * KiB, VMAP_PAGE, &zero);
+	cr_assert_eq(q, p, "the pooled area is handed out again");
+	cr_assert_eq(ctr(VMAP_STAT_pool_hits), hits + 1);
+	cr_assert_not(zero, "a pooled area is dirty");
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+}
+
+Test(range, pool_reuse_is_lifo_and_by_page_count)
+{
+	range_setup(one_shard);
+	void *a = alloc_ok(100 * KiB, VMAP_PAGE, NULL);
+	void *b = alloc_ok(100 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(a, "free");
+	vmap_range_free(b, "free");
+	/* Any size of the same page count pops the newest. */
+	void *c = alloc_ok(100 * KiB - 100, VMAP_PAGE, NULL);
+	cr_assert_eq(c, b);
+	void *d = alloc_ok(100 * KiB, VMAP_PAGE, NULL);
+	cr_assert_eq(d, a);
+	cr_assert_eq(ctr(VMAP_STAT_pool_hits), 2);
+}
+
+Test(range, pooled_area_is_not_used_for_a_larger_class)
+{
+	range_setup(one_shard);
+	void *a = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(a, "free");
+	void *b = alloc_ok(128 * KiB, VMAP_PAGE, NULL);
+	cr_assert_neq(b, a);
+	cr_assert(vmap_range_usable(b, "test") >= 128 * KiB);
+	cr_assert_eq(ctr(VMAP_STAT_pool_hits), 0);
+}
+
+Test(range, aligned_request_does_not_take_an_unaligned_pooled_area)
+{
+	range_setup(one_shard);
+	void *a = alloc_ok(4096, VMAP_PAGE, NULL);
+	void *b = alloc_ok(4096, VMAP_PAGE, NULL); /* a + 8 KiB: not 64 KiB aligned */
+	vmap_range_free(b, "free");
+	void *c = alloc_ok(4096, 64 * KiB, NULL);
+	cr_assert_eq((uintptr_t)c % (64 * KiB), 0);
+	(void)a;
+}
+
+Test(range, different_sizes_do_not_collide, .timeout = 60)
+{
+	range_setup(one_shard);
+	enum { N = 400 };
+	static void *p[N];
+	static size_t sz[N];
+	uint64_t x = 12345;
+	for (int i = 0; i < N; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		/* Mostly small, some up to 8 MiB (big chunks). */
+		sz[i] = x % 8 ? 1 + x % (512 * KiB) : 1 + x % (8 * MiB);
+		p[i] = alloc_ok(sz[i], VMAP_PAGE, NULL);
+		fill(p[i], sz[i], (uintptr_t)i);
+	}
+	for (int i = 0; i < N; i++)
+		cr_assert(check(p[i], sz[i], (uintptr_t)i), "block %d (%zu bytes) overwritten", i, sz[i]);
+	/* Free every third, reallocate with new sizes, check everything again. */
+	for (int i = 0; i < N; i += 3) {
+		cr_assert(check(p[i], sz[i], (uintptr_t)i));
+		vmap_range_free(p[i], "free");
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		sz[i] = 1 + x % (1 * MiB);
+		p[i] = alloc_ok(sz[i], VMAP_PAGE, NULL);
+		fill(p[i], sz[i], (uintptr_t)i + 1000000);
+	}
+	for (int i = 0; i < N; i++) {
+		uintptr_t seed = i % 3 == 0 ? (uintptr_t)i + 1000000 : (uintptr_t)i;
+		cr_assert(check(p[i], sz[i], seed), "block %d (%zu bytes) overwritten", i, sz[i]);
+	}
+	/* No two live blocks overlap. */
+	for (int i = 0; i < N; i++)
+		for (int j = i + 1; j < N; j++) {
+			uintptr_t a = (uintptr_t)p[i], b = (uintptr_t)p[j];
+			cr_assert(a + sz[i] <= b || b + sz[j] <= a, "blocks %d and %d overlap", i, j);
+		}
+	for (int i = 0; i < N; i++)
+		vmap_range_free(p[i], "free");
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), 0);
+	vmap_range_purge(true);
+	vmap_range_check();
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+}
+
+/* ---- invalid pointers ------------------------------------------------------ */
+
+Test(range, interior_pointer_free_aborts, .signal = SIGABRT)
+{
+	range_setup(one_shard);
+	char *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(p + VMAP_PAGE, "free");
+}
+
+Test(range, unaligned_pointer_free_aborts, .signal = SIGABRT)
+{
+	range_setup(one_shard);
+	char *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(p + 16, "free");
+}
+
+Test(range, double_free_aborts, .signal = SIGABRT)
+{
+	range_setup(one_shard);
+	void *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	vmap_range_free(p, "free");
+}
+
+Test(range, double_free_after_purge_aborts, .signal = SIGABRT)
+{
+	range_setup(one_shard);
+	void *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	vmap_range_purge(true);
+	cr_assert_eq(vmap_tag_state(tag_of(p)), VMAP_ST_FREE);
+	vmap_range_free(p, "free");
+}
+
+Test(range, never_allocated_page_in_the_arena_aborts, .signal = SIGABRT)
+{
+	range_setup(one_shard);
+	void *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	(void)p;
+	/* A chunk nobody claimed. */
+	vmap_range_free((void *)(vmap_regions[0].base + 10 * GiB), "free");
+}
+
+Test(range, free_run_address_in_a_claimed_chunk_aborts, .signal = SIGABRT)
+{
+	range_setup(one_shard);
+	char *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	/* Just past p and its guard: the head of the chunk's free run. */
+	vmap_range_free(p + 64 * KiB + VMAP_PAGE, "free");
+}
+
+Test(range, usable_of_a_freed_block_aborts, .signal = SIGABRT)
+{
+	range_setup(one_shard);
+	void *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	vmap_range_usable(p, "malloc_usable_size");
+}
+
+Test(range, resize_of_an_interior_pointer_aborts, .signal = SIGABRT)
+{
+	range_setup(one_shard);
+	char *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_resize(p + 8192, 100 * KiB);
+}
+
+/* Runs fn in a child with stderr captured; returns its signal and message. */
+static int child_message(void (*fn)(void), char *msg, size_t cap)
+{
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	fflush(stderr);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 2);
+		close(pfd[0]);
+		close(pfd[1]);
+		fn();
+		_exit(0);
+	}
+	close(pfd[1]);
+	size_t n = 0;
+	ssize_t r;
+	while (n + 1 < cap && (r = read(pfd[0], msg + n, cap - 1 - n)) > 0)
+		n += (size_t)r;
+	msg[n] = '\0';
+	close(pfd[0]);
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+}
+
+static void *victim;
+
+static void double_free_child(void)
+{
+	vmap_range_free(victim, "free");
+	vmap_range_free(victim, "free");
+}
+
+static void interior_child(void)
+{
+	vmap_range_free((char *)victim + 3 * VMAP_PAGE, "realloc");
+}
+
+Test(range, double_free_message_names_the_caller_and_the_cause)
+{
+	range_setup(one_shard);
+	victim = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	char msg[512], want[128];
+	cr_assert_eq(child_message(double_free_child, msg, sizeof msg), SIGABRT);
+	snprintf(want, sizeof want, "vmapalloc: free(): invalid pointer %p (double free", victim);
+	cr_assert(strncmp(msg, want, strlen(want)) == 0, "message: %s", msg);
+	cr_assert_eq(count_lines(msg), 1, "%s", msg);
+}
+
+Test(range, interior_pointer_message_names_the_caller)
+{
+	range_setup(one_shard);
+	victim = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	char msg[512], want[128];
+	cr_assert_eq(child_message(interior_child, msg, sizeof msg), SIGABRT);
+	snprintf(want, sizeof want, "vmapalloc: realloc(): invalid pointer %p (not the start",
+		 (void *)((char *)victim + 3 * VMAP_PAGE));
+	cr_assert(strncmp(msg, want, strlen(want)) == 0, "message: %s", msg);
+	cr_assert_eq(count_lines(msg), 1, "%s", msg);
+}
+
+/* ---- resize and move --------------------------------------------------------- */
+
+Test(range, resize_grows_in_place_into_a_free_neighbour)
+{
+	range_setup(one_shard);
+	char *a = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	char *b = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	char *c = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	cr_assert_eq(b, a + 64 * KiB + VMAP_PAGE, "A and B adjacent");
+	fill(a, 64 * KiB, 1);
+	vmap_range_free(b, "free");
+	vmap_range_purge(true); /* B becomes a free run */
+	cr_assert_eq(vmap_tag_state(tag_of(b)), VMAP_ST_FREE);
+	size_t before = vmap_range_usable(a, "test");
+	int64_t in_use = ctr(VMAP_STAT_large_bytes_in_use);
+	cr_assert(vmap_range_resize(a, 100 * KiB));
+	size_t after = vmap_range_usable(a, "test");
+	cr_assert(after >= 100 * KiB && after > before, "usable %zu -> %zu", before, after);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), in_use + (int64_t)(after - before));
+	cr_assert(check(a, 64 * KiB, 1), "contents kept");
+	memset(a, 0x77, after);
+	vmap_range_check();
+	/* The rest of B is still a free run, usable by others. */
+	void *d = alloc_ok(4096, VMAP_PAGE, NULL);
+	cr_assert(d >= (void *)(a + after + VMAP_PAGE) && d < (void *)c, "d=%p", d);
+	vmap_range_free(a, "free");
+	vmap_range_free(c, "free");
+	vmap_range_free(d, "free");
+}
+
+Test(range, resize_uses_the_whole_neighbour_run)
+{
+	range_setup(one_shard);
+	char *a = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	char *b = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	char *c = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(b, "free");
+	vmap_range_purge(true);
+	/* A (16 pages + guard) + B (17 pages) = 34 pages: 33 usable. */
+	cr_assert(vmap_range_resize(a, 132 * KiB));
+	cr_assert_eq(vmap_range_usable(a, "test"), 132 * KiB);
+	vmap_range_check();
+	cr_assert_not(vmap_range_resize(a, 132 * KiB + 1), "C is live: no room");
+	cr_assert_eq(vmap_range_usable(a, "test"), 132 * KiB);
+	vmap_range_free(c, "free");
+	vmap_range_free(a, "free");
+}
+
+Test(range, resize_fails_when_the_neighbour_is_live)
+{
+	range_setup(one_shard);
+	void *a = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	void *b = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	cr_assert_not(vmap_range_resize(a, 65 * KiB));
+	cr_assert_eq(vmap_range_usable(a, "test"), 64 * KiB);
+	vmap_range_check();
+	(void)b;
+}
+
+Test(range, resize_fails_when_the_neighbour_is_only_cached)
+{
+	range_setup(one_shard);
+	void *a = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	void *b = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	vmap_range_free(b, "free");
+	cr_assert_not(vmap_range_resize(a, 65 * KiB), "B is in a pool, not free space");
+	vmap_range_check();
+}
+
+Test(range, resize_within_the_usable_size_succeeds_without_change)
+{
+	range_setup(one_shard);
+	void *a = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	cr_assert(vmap_range_resize(a, 1));
+	cr_assert(vmap_range_resize(a, 64 * KiB));
+	cr_assert_eq(vmap_range_usable(a, "test"), 64 * KiB, "never shrinks");
+}
+
+Test(range, resize_of_a_small_area_into_the_big_kind_refuses)
+{
+	range_setup(one_shard);
+	void *a = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	/* The rest of the chunk is free, but 2 MiB blocks belong in big chunks. */
+	cr_assert_not(vmap_range_resize(a, 2 * MiB));
+	cr_assert(vmap_range_resize(a, 2 * MiB - VMAP_PAGE));
+	vmap_range_check();
+}
+
+Test(range, resize_grows_big_areas_in_place)
+{
+	range_setup(one_shard);
+	char *a = alloc_ok(4 * MiB, VMAP_PAGE, NULL);
+	fill(a, 4 * MiB, 9);
+	cr_assert(vmap_range_resize(a, 20 * MiB), "the rest of the big chunk is free");
+	cr_assert(vmap_range_usable(a, "test") >= 20 * MiB);
+	cr_assert(check(a, 4 * MiB, 9));
+	memset(a + 4 * MiB, 1, 16 * MiB);
+	vmap_range_check();
+	vmap_range_free(a, "free");
+}
+
+Test(range, move_keeps_contents_and_frees_the_old_range)
+{
+	range_setup(one_shard);
+	char *p = alloc_ok(4 * MiB, VMAP_PAGE, NULL);
+	size_t old = vmap_range_usable(p, "test");
+	fill(p, old, 42);
+	/* Something live right after p so that it cannot grow in place. */
+	void *blocker = alloc_ok(4 * MiB, VMAP_PAGE, NULL);
+	bool moved = false;
+	char *q = vmap_range_move(p, 16 * MiB, &moved);
+	cr_assert_not_null(q);
+	cr_assert(moved, "pages moved with mremap");
+	cr_assert_neq(q, p);
+	cr_assert(vmap_range_usable(q, "test") >= 16 * MiB);
+	cr_assert(check(q, old, 42), "contents moved");
+	cr_assert(all_zero(q + old, 16 * MiB - old), "the grown part is zero");
+	cr_assert_eq(ctr(VMAP_STAT_realloc_moved_pages), 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 2);
+	cr_assert_eq(vmap_tag_state(tag_of(p)), VMAP_ST_FREE, "the old range is free space");
+	vmap_range_check();
+	/* The old range comes back zero. */
+	bool zero = false;
+	char *r = alloc_ok(4 * MiB, VMAP_PAGE, &zero);
+	cr_assert_eq(r, p);
+	cr_assert(zero);
+	cr_assert(all_zero(r, old), "moved-from pages read as zero");
+	vmap_range_free(q, "free");
+	vmap_range_free(r, "free");
+	vmap_range_free(blocker, "free");
+}
+
+Test(range, move_of_a_small_block_into_the_big_kind)
+{
+	range_setup(one_shard);
+	char *p = alloc_ok(300 * KiB, VMAP_PAGE, NULL);
+	fill(p, 300 * KiB, 5);
+	bool moved = false;
+	char *q = vmap_range_move(p, 3 * MiB, &moved);
+	cr_assert_not_null(q);
+	cr_assert(moved);
+	cr_assert_eq((uintptr_t)q % (2 * MiB), 0);
+	cr_assert(tag_of(q) & VMAP_TAG_BIG);
+	cr_assert(check(q, 300 * KiB, 5));
+	vmap_range_check();
+	vmap_range_free(q, "free");
+}
+
+/* ---- chunks, regions, exhaustion ------------------------------------------------- */
+
+Test(range, fresh_big_block_is_not_carved_from_a_small_chunk)
+{
+	/* range.c: areas of 2 MiB and more live in big chunks (THP); a clean
+	 * small run is never used for a big request. */
+	range_setup(one_shard);
+	void *s = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	void *b = alloc_ok(4 * MiB, VMAP_PAGE, NULL);
+	cr_assert_neq((uintptr_t)s >> VMAP_CHUNK_SHIFT, (uintptr_t)b >> VMAP_CHUNK_SHIFT);
+	cr_assert_eq(ctr(VMAP_STAT_chunks_taken), 2);
+}
+
+Test(range, a_request_larger_than_a_chunk_takes_several)
+{
+	range_setup(one_shard);
+	char *p = alloc_ok(200 * MiB, VMAP_PAGE, NULL);
+	cr_assert(vmap_range_usable(p, "test") >= 200 * MiB);
+	p[0] = 1;
+	p[200 * MiB - 1] = 2;
+	cr_assert(ctr(VMAP_STAT_chunks_taken) >= 4);
+	vmap_range_free(p, "free");
+}
+
+Test(range, exhausted_region_adds_another, .timeout = 60)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_RESERVE=256M",
+			     "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	cr_assert_eq(vmap_regions[0].size, 256 * MiB);
+	static void *p[16];
+	for (int i = 0; i < 16; i++) {
+		p[i] = alloc_ok(40 * MiB, VMAP_PAGE, NULL);
+		mark(p[i], 40 * MiB, (uintptr_t)i);
+	}
+	cr_assert(ctr(VMAP_STAT_regions) > 1, "regions: %ld", (long)ctr(VMAP_STAT_regions));
+	cr_assert_eq((int64_t)vmap_nregions, ctr(VMAP_STAT_regions));
+	for (int i = 0; i < 16; i++) {
+		cr_assert(vmap_range_owns(p[i]));
+		cr_assert(marked(p[i], 40 * MiB, (uintptr_t)i), "block %d", i);
+	}
+	for (int i = 0; i < 16; i++)
+		vmap_range_free(p[i], "free");
+	vmap_range_purge(true);
+	vmap_range_check();
+}
+
+Test(range, small_reservation_fits_a_request_of_most_of_it)
+{
+	/* 160 MiB in a 256 MiB arena: three of its four chunks. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_RESERVE=256M", NULL};
+	range_setup(env);
+	void *p = alloc_ok(160 * MiB, VMAP_PAGE, NULL);
+	cr_assert_eq(vmap_nregions, 1);
+	vmap_range_free(p, "free");
+}
+
+Test(range, aligned_request_is_carved_from_the_chunks_taken_for_it, .timeout = 60)
+{
+	range_setup(one_shard);
+	/* 1 GiB alignment from a 64 MiB-aligned arena needs 17 chunks. */
+	void *p = alloc_ok(4096, GiB, NULL);
+	cr_assert_eq((uintptr_t)p % GiB, 0);
+	cr_assert_eq(ctr(VMAP_STAT_chunks_taken), 17, "chunks taken: %ld (17 are enough)",
+		     (long)ctr(VMAP_STAT_chunks_taken));
+	cr_assert_eq(ctr(VMAP_STAT_purges), 0, "an allocation with free space at hand must not purge");
+}
+
+Test(range, gigabyte_alignment_in_a_2g_reservation, .timeout = 60)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_RESERVE=2G", NULL};
+	range_setup(env);
+	void *p = alloc_ok(4096, GiB, NULL);
+	cr_assert_eq((uintptr_t)p % GiB, 0);
+	vmap_range_free(p, "free");
+}
+
+Test(range, owns_only_arena_addresses)
+{
+	range_setup(one_shard);
+	int local;
+	cr_assert_not(vmap_range_owns(&local));
+	cr_assert_not(vmap_range_owns(NULL));
+	void *m = malloc(100);
+	cr_assert_not(vmap_range_owns(m));
+	free(m);
+	cr_assert(vmap_range_owns((void *)vmap_regions[0].base));
+	cr_assert(vmap_range_owns((void *)(vmap_regions[0].base + vmap_regions[0].size - 1)));
+	cr_assert_not(vmap_range_owns((void *)(vmap_regions[0].base + vmap_regions[0].size)));
+}
+
+Test(range, every_pooled_size_is_reused_by_the_same_request)
+{
+	/* Every freed area stays pooled: no pressure purge under 1 GiB. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_LAZY_MAX=1G", NULL};
+	range_setup(env);
+	/* Areas up to POOL_PAGES (256) pages, guard included, are pooled. */
+	for (size_t size = 1; size <= 255 * VMAP_PAGE; size = size * 5 / 4 + 1000) {
+		void *p = alloc_ok(size, VMAP_PAGE, NULL);
+		vmap_range_free(p, "free");
+		int64_t hits = ctr(VMAP_STAT_pool_hits);
+		void *q = alloc_ok(size, VMAP_PAGE, NULL);
+		cr_assert_eq(q, p, "size %zu: freed area not reused", size);
+		cr_assert_eq(ctr(VMAP_STAT_pool_hits), hits + 1);
+		vmap_range_free(q, "free");
+	}
+}
+
+Test(range, pool_pages_option_is_honoured)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_POOL_PAGES=8",
+			     "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	/* Up to POOL_PAGES pages: exact pools, reused by the same page count. */
+	void *a = alloc_ok(5 * 4096, VMAP_PAGE, NULL);
+	cr_assert_eq(vmap_range_usable(a, "test"), 5 * 4096);
+	vmap_range_free(a, "free");
+	cr_assert_eq(alloc_ok(5 * 4096 - 10, VMAP_PAGE, NULL), a);
+	/* Larger ones are served too. */
+	void *c = alloc_ok(16 * 4096, VMAP_PAGE, NULL);
+	cr_assert(vmap_range_usable(c, "test") >= 16 * 4096);
+	vmap_range_free(c, "free");
+	void *d = alloc_ok(16 * 4096, VMAP_PAGE, NULL);
+	cr_assert(vmap_range_usable(d, "test") >= 16 * 4096);
+	vmap_range_free(d, "free");
+}
