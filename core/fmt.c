@@ -149,3 +149,62 @@ void vmap_say(const char *a, const char *b, const char *c)
 	vmap_buf_char(&out, '\n');
 	vmap_buf_flush(&out);
 }
+
+void vmap_buf_ms(struct vmap_buf *b, uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	vmap_buf_u64(b, us / 1000);
+	vmap_buf_char(b, '.');
+	uint64_t f = us % 1000;
+	vmap_buf_char(b, (char)('0' + f / 100));
+	vmap_buf_char(b, (char)('0' + f / 10 % 10));
+	vmap_buf_char(b, (char)('0' + f % 10));
+	vmap_buf_str(b, " ms");
+}
+
+void vmap_buf_pct(struct vmap_buf *b, uint64_t part, uint64_t whole)
+{
+	if (!whole) {
+		vmap_buf_char(b, '-');
+		return;
+	}
+	uint64_t t = (uint64_t)(((unsigned __int128)part * 1000 + whole / 2) / whole);
+	vmap_buf_u64(b, t / 10);
+	vmap_buf_char(b, '.');
+	vmap_buf_u64(b, t % 10);
+	vmap_buf_char(b, '%');
+}
+
+void vmap_buf_json_str(struct vmap_buf *b, const char *s)
+{
+	vmap_buf_char(b, '"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			vmap_buf_char(b, '\\');
+			vmap_buf_char(b, (char)c);
+		} else if (c < 0x20) {
+			vmap_buf_str(b, "\\u00");
+			vmap_buf_char(b, "0123456789abcdef"[c >> 4]);
+			vmap_buf_char(b, "0123456789abcdef"[c & 15]);
+		} else {
+			vmap_buf_char(b, (char)c);
+		}
+	}
+	vmap_buf_char(b, '"');
+}
+
+void vmap_buf_cell(struct vmap_buf *b, const char *s, int w)
+{
+	int n = 0;
+	while (s[n])
+		n++;
+	int width = w < 0 ? -w : w;
+	if (w > 0)
+		for (int i = n; i < width; i++)
+			vmap_buf_char(b, ' ');
+	vmap_buf_mem(b, s, (size_t)n);
+	if (w < 0)
+		for (int i = n; i < width; i++)
+			vmap_buf_char(b, ' ');
+}

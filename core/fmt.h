@@ -38,6 +38,16 @@ void vmap_buf_bytes(struct vmap_buf *b, uint64_t v);
 void vmap_buf_u64w(struct vmap_buf *b, uint64_t v, int w);
 /* A size option value in its shortest exact K/M/G/T form ("64K", "1G", "12345"). */
 void vmap_buf_size_opt(struct vmap_buf *b, uint64_t v);
+/* Nanoseconds as milliseconds with three decimals: "12.810 ms". */
+void vmap_buf_ms(struct vmap_buf *b, uint64_t ns);
+/* part/whole as a percentage with one decimal ("12.5%"), "-" when whole is 0. */
+void vmap_buf_pct(struct vmap_buf *b, uint64_t part, uint64_t whole);
+/* A JSON string literal: quoted, with ", \ and control characters escaped
+ * (bytes >= 0x80 pass through: names and paths are UTF-8 or opaque). */
+void vmap_buf_json_str(struct vmap_buf *b, const char *s);
+/* s in a table cell of width w: right-aligned when w > 0, left-aligned
+ * (padded after) when w < 0; never truncated. */
+void vmap_buf_cell(struct vmap_buf *b, const char *s, int w);
 
 /* One diagnostic line to stderr: "vmapalloc: <a><b><c>\n" (NULL parts skipped). */
 void vmap_say(const char *a, const char *b, const char *c);

@@ -22,6 +22,7 @@ enum vmap_lock_rank {
 	VMAP_RANK_SHARD = 1,   /* per-shard: pools, free extents, chunk carving */
 	VMAP_RANK_GLOBAL = 2,  /* the arena's chunk map and region list */
 	VMAP_RANK_CACHE_LIST = 3, /* recycled per-thread caches */
+	VMAP_RANK_PROFILE = 4, /* profile.c: site inserts and live-pointer stripes (leaf) */
 };
 
 struct vmap_lock {

@@ -41,6 +41,7 @@ int vmap_os_munmap(void *addr, size_t len);
 int vmap_os_madvise(void *addr, size_t len, int advice);
 int vmap_os_mprotect(void *addr, size_t len, int prot);
 void *vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
+int vmap_os_mincore(void *addr, size_t len, unsigned char *vec);
 /* process_madvise(PIDFD_SELF, iov, n, advice): bytes advised or -errno. */
 long vmap_os_madvise_batch(const void *iov, size_t n, int advice);
 

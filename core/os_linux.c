@@ -85,6 +85,11 @@ void *vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags, void 
 	return (void *)SC(SYS_mremap, old, old_len, new_len, flags, new_addr, 0);
 }
 
+int vmap_os_mincore(void *addr, size_t len, unsigned char *vec)
+{
+	return (int)SC(SYS_mincore, addr, len, vec, 0, 0, 0);
+}
+
 long vmap_os_madvise_batch(const void *iov, size_t n, int advice)
 {
 	return SC(SYS_process_madvise, PIDFD_SELF, iov, n, advice, 0, 0);

@@ -26,6 +26,10 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+
 #include "counter.h"
 #include "options.h"
 #include "range.h"
@@ -123,17 +127,30 @@ static bool batch_unsupported(long err)
 
 static unsigned release(unsigned n, int advice)
 {
-	unsigned runs = 0;
+	unsigned runs = 0, calls = 0;
 	size_t total = 0;
 	for (unsigned i = 0; i < n; i++) {
 		size_t len = (size_t)victims[i].pages << VMAP_PAGE_SHIFT;
+		if (victims[i].tag & VMAP_TAG_PROTECTED) {
+			/* Lazily unmapped by the program (PROT_NONE, resident): the
+			 * pages go, the range must keep faulting. */
+			void *a = (void *)victims[i].a;
+			if (vmap_guard_markers) {
+				vmap_os_madvise(a, len, MADV_GUARD_INSTALL);
+				vmap_os_mprotect(a, len, PROT_READ | PROT_WRITE);
+			} else {
+				vmap_os_madvise(a, len, MADV_DONTNEED);
+			}
+			__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
+			calls += 2;
+			continue;
+		}
 		if (runs && (uintptr_t)iov[runs - 1].iov_base + iov[runs - 1].iov_len == victims[i].a)
 			iov[runs - 1].iov_len += len;
 		else
 			iov[runs++] = (struct iovec){(void *)victims[i].a, len};
 		total += len;
 	}
-	unsigned calls = 0;
 	bool done = false;
 	if (vmap_batch_state >= 0 && runs > 1) {
 		long r = vmap_os_madvise_batch(iov, runs, advice);
@@ -155,6 +172,10 @@ static unsigned release(unsigned n, int advice)
 	}
 	/* Map the runs' results back onto the victims (both in address order). */
 	for (unsigned i = 0, ri = 0; i < n; i++) {
+		if (victims[i].tag & VMAP_TAG_PROTECTED) {
+			victim_ok[i] = true;
+			continue;
+		}
 		while ((uintptr_t)iov[ri].iov_base + iov[ri].iov_len <= victims[i].a)
 			ri++;
 		victim_ok[i] = run_ok[ri];
@@ -173,7 +194,8 @@ static void reinsert(unsigned n, int advice)
 			s = owner;
 			vmap_shard_lock(s);
 		}
-		unsigned state = victim_ok[i] && advice == MADV_DONTNEED ? VMAP_RUN_ZERO
+		unsigned state = (victims[i].tag & VMAP_TAG_PROTECTED)       ? VMAP_RUN_GUARDED
+				 : victim_ok[i] && advice == MADV_DONTNEED ? VMAP_RUN_ZERO
 									   : VMAP_RUN_ADVISED;
 		vmap_free_insert_locked(s, victims[i].a, victims[i].pages, state,
 					victims[i].tag & VMAP_TAG_BIG, 0);

@@ -39,6 +39,7 @@
  */
 #include "range.h"
 
+#include <errno.h>
 #include <sys/mman.h>
 
 #include "cache.h"
@@ -52,6 +53,10 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#define MADV_GUARD_REMOVE 103
+#endif
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
 #endif
@@ -59,6 +64,8 @@
 struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
 unsigned vmap_nregions;
 uintptr_t vmap_span_lo, vmap_span_hi;
+bool vmap_guard_markers; /* MADV_GUARD_INSTALL works (Linux >= 6.13) */
+int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
 static unsigned vmap_moves;
 #define VMAP_MAX_MOVES 4096 /* <= 8192 extra VMAs of the process's 65530 */
 struct vmap_shard *vmap_shards;
@@ -81,7 +88,7 @@ static inline unsigned log2_floor(uint64_t x)
 static int region_add(size_t want, size_t at_least)
 {
 	if (vmap_nregions >= VMAP_MAX_REGIONS)
-		return -12;
+		return -ENOMEM;
 	size_t size = want;
 	void *base;
 	for (;;) {
@@ -139,12 +146,35 @@ static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n)
 			if (run == n) {
 				size_t first = c + 1 - n;
 				for (size_t k = first; k <= c; k++)
-					r->chunk_owner[k] = owner;
+					__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
 				return r->base + (first << VMAP_CHUNK_SHIFT);
 			}
 		}
 	}
 	return 0;
+}
+
+bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	if (!r)
+		return false;
+	size_t c = (a - r->base) >> VMAP_CHUNK_SHIFT;
+	bool claimed = false;
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
+	if (!r->chunk_owner[c]) {
+		__atomic_store_n(&r->chunk_owner[c], (uint16_t)(s->id + 1), __ATOMIC_RELEASE);
+		claimed = true;
+	}
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	if (!claimed)
+		return true; /* someone else did: it is a run now */
+	vmap_shard_lock(s);
+	vmap_free_insert_locked(s, r->base + (c << VMAP_CHUNK_SHIFT), VMAP_CHUNK_PAGES, VMAP_RUN_ZERO,
+				false, 0);
+	vmap_shard_unlock(s);
+	return true;
 }
 
 static uintptr_t chunks_acquire(struct vmap_shard *s, bool big, size_t n)
@@ -178,7 +208,7 @@ void vmap_shard_lock(struct vmap_shard *s)
 		vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_contended, 1);
 }
 
-static inline struct vmap_shard *shard_here(unsigned *cpu)
+struct vmap_shard *vmap_shard_here(unsigned *cpu)
 {
 	*cpu = vmap_os_cpu();
 	return &vmap_shards[*cpu % vmap_nshards];
@@ -194,12 +224,14 @@ static inline unsigned bin_of(uint64_t pages)
 
 static inline unsigned list_of(bool big, unsigned state)
 {
-	return (big ? 3u : 0u) + state;
+	return (big ? 5u : 0u) + state;
 }
 
 static inline uint64_t state_flags(unsigned state)
 {
-	return state == VMAP_RUN_ZERO ? VMAP_TAG_ZERO : state == VMAP_RUN_ADVISED ? VMAP_TAG_ADVISED : 0;
+	static const uint64_t flags[] = {VMAP_TAG_ZERO, 0, VMAP_TAG_ADVISED, VMAP_TAG_GUARDED,
+					 VMAP_TAG_PROTECTED};
+	return flags[state];
 }
 
 static void bin_push(struct vmap_shard *s, unsigned li, struct vmap_pte *e, uintptr_t a,
@@ -229,7 +261,7 @@ static void bin_remove(struct vmap_shard *s, unsigned li, struct vmap_pte *e, ui
 }
 
 /* Writes the head and tail tags of a free run and files it in its bin. */
-static void run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a,
+void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a,
 			   uint64_t pages, unsigned state, bool big, uint64_t stamp)
 {
 	uint64_t flags = state_flags(state) | (big ? VMAP_TAG_BIG : 0);
@@ -242,12 +274,12 @@ static void run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_
 	e->stamp = stamp;
 	bin_push(s, li, e, a, pages);
 	s->free_pages[li] += pages;
-	if (state == VMAP_RUN_DIRTY)
+	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
 		s->cached_bytes += pages << VMAP_PAGE_SHIFT;
 }
 
 /* Unfiles a free run and clears its tags. */
-static void run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
+void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 {
 	uint64_t pages = vmap_tag_pages(t);
 	unsigned state = vmap_tag_run_state(t);
@@ -257,7 +289,7 @@ static void run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t
 	if (pages > 1)
 		__atomic_store_n(&e[pages - 1].tag, 0, __ATOMIC_RELAXED);
 	s->free_pages[li] -= pages;
-	if (state == VMAP_RUN_DIRTY)
+	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
 		s->cached_bytes -= pages << VMAP_PAGE_SHIFT;
 }
 
@@ -283,7 +315,7 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 			uint64_t lp = vmap_tag_pages(lt);
 			uintptr_t ls = start - (lp << VMAP_PAGE_SHIFT);
 			struct vmap_pte *le = vmap_pte_of(r, ls);
-			run_take_locked(s, le, le->tag);
+			vmap_run_take_locked(s, le, le->tag);
 			start = ls;
 			pages += lp;
 		}
@@ -294,11 +326,11 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 		struct vmap_pte *re = vmap_pte_of(r, end);
 		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED);
 		if (vmap_tag_state(rt) == VMAP_ST_FREE && run_mergeable(rt, s->id, big, state)) {
-			run_take_locked(s, re, rt);
+			vmap_run_take_locked(s, re, rt);
 			pages += vmap_tag_pages(rt);
 		}
 	}
-	run_set_locked(s, r, start, pages, state, big, now);
+	vmap_run_set_locked(s, r, start, pages, state, big, now);
 }
 
 /* A run of list li that holds `pages` pages at `align`, or 0: the best fit
@@ -336,21 +368,26 @@ static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, siz
  * runs of the other kind (memory already faulted in is the cheapest there
  * is: a memset at most, where a fresh page costs a fault), known-zero runs of
  * the request's kind, and for small requests known-zero big runs too (the
- * lead fragments that 2 MiB alignment leaves in big chunks).  *dirty_bytes is set to the resident bytes
- * taken (0 from a clean run); the area's kind is the run's (*big).
+ * lead fragments that 2 MiB alignment leaves in big chunks).  Pages the
+ * program munmap()ed come in between: lazily protected ones right after the
+ * dirty runs (resident: one mprotect), guarded ones before fresh memory
+ * (one madvise, then faults like fresh memory, but no new address space).
+ * *state is the run's state; the area's kind is the run's (*big).
  */
 static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
-			      bool *zero, uint64_t *dirty_bytes)
+			      unsigned *state_out)
 {
 	const bool k = *big;
-	const unsigned order[5] = {
-		list_of(k, VMAP_RUN_DIRTY),   list_of(!k, VMAP_RUN_DIRTY),
-		list_of(k, VMAP_RUN_ADVISED), list_of(k, VMAP_RUN_ZERO),
+	const unsigned order[9] = {
+		list_of(k, VMAP_RUN_DIRTY),     list_of(!k, VMAP_RUN_DIRTY),
+		list_of(k, VMAP_RUN_PROTECTED), list_of(!k, VMAP_RUN_PROTECTED),
+		list_of(k, VMAP_RUN_ADVISED),   list_of(k, VMAP_RUN_GUARDED),
+		list_of(k, VMAP_RUN_ZERO),
 		/* small requests may also use the zero lead fragments of big chunks */
-		list_of(true, VMAP_RUN_ZERO),
+		list_of(true, VMAP_RUN_ZERO),   list_of(!k, VMAP_RUN_GUARDED),
 	};
 	uintptr_t found = 0;
-	for (int i = 0; i < 5 && !found; i++)
+	for (int i = 0; i < 9 && !found; i++)
 		found = run_find(s, order[i], pages, align);
 	if (!found)
 		return 0;
@@ -359,18 +396,34 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 	uint64_t t = e->tag, m = vmap_tag_pages(t), stamp = e->stamp;
 	unsigned state = vmap_tag_run_state(t);
 	bool kind = t & VMAP_TAG_BIG;
-	run_take_locked(s, e, t);
+	vmap_run_take_locked(s, e, t);
 	uintptr_t al = (found + align - 1) & ~(uintptr_t)(align - 1);
 	uint64_t lead = (al - found) >> VMAP_PAGE_SHIFT;
 	uint64_t rest = m - lead - pages;
 	if (lead)
-		run_set_locked(s, r, found, lead, state, kind, stamp);
+		vmap_run_set_locked(s, r, found, lead, state, kind, stamp);
 	if (rest)
-		run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, state, kind, stamp);
-	*zero = state == VMAP_RUN_ZERO;
+		vmap_run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, state, kind, stamp);
+	*state_out = state;
 	*big = kind;
-	*dirty_bytes = state == VMAP_RUN_DIRTY ? pages << VMAP_PAGE_SHIFT : 0;
 	return al;
+}
+
+/* Makes lazily unmapped pages usable again (contents: stale). */
+void vmap_unprotect(uintptr_t a, uint64_t pages)
+{
+	vmap_os_mprotect((void *)a, (size_t)pages << VMAP_PAGE_SHIFT, PROT_READ | PROT_WRITE);
+	__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
+}
+
+/* Makes guarded pages (munmap()ed by the program) usable again: zero-filled. */
+void vmap_unguard(uintptr_t a, uint64_t pages)
+{
+	size_t len = (size_t)pages << VMAP_PAGE_SHIFT;
+	if (vmap_guard_markers)
+		vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE);
+	else
+		vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE);
 }
 
 unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
@@ -383,8 +436,8 @@ unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint6
 	uintptr_t cand[DIRTY_SCAN];
 	uint64_t stamp[DIRTY_SCAN];
 	unsigned nc = 0;
-	for (unsigned big = 0; big < 2; big++) {
-		unsigned li = list_of(big, VMAP_RUN_DIRTY);
+	for (unsigned l = 0; l < 4; l++) {
+		unsigned li = list_of(l & 1, l < 2 ? VMAP_RUN_DIRTY : VMAP_RUN_PROTECTED);
 		uint64_t mask = s->free_bin_mask[li];
 		while (mask && nc < DIRTY_SCAN) {
 			unsigned b = (unsigned)__builtin_ctzll(mask);
@@ -411,8 +464,8 @@ unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint6
 		stamp[oldest] = stamp[nc];
 		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 		uint64_t t = e->tag, np = vmap_tag_pages(t);
-		run_take_locked(s, e, t);
-		e->tag = vmap_tag_make(VMAP_ST_PURGING, s->id, np, t & VMAP_TAG_BIG);
+		vmap_run_take_locked(s, e, t);
+		e->tag = vmap_tag_make(VMAP_ST_PURGING, s->id, np, t & (VMAP_TAG_BIG | VMAP_TAG_PROTECTED));
 		out[n++] = (struct vmap_victim){a, np, e->tag};
 		got += np << VMAP_PAGE_SHIFT;
 	}
@@ -519,27 +572,40 @@ static void pools_to_runs_locked(struct vmap_shard *s)
 	}
 }
 
-__attribute__((noinline, cold)) static void *alloc_carve(struct vmap_shard *s, unsigned cpu,
+/* pages: the whole area; tag: VMAP_TAG_MMAP for the program's mmap (no guard
+ * page, so all pages are usable), 0 for malloc blocks. */
+__attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu,
 							 uint64_t pages, bool big, size_t align,
-							 bool *zero)
+							 bool *zero, uint64_t tag)
 {
 	/* Shard lock held on entry, released on return. */
 	if (!big && !run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
 		pools_to_runs_locked(s);
 	for (int attempt = 0; attempt < 3; attempt++) {
-		uint64_t dirty;
+		unsigned state;
 		bool kind = big;
-		uintptr_t a = carve_locked(s, &kind, pages, align, zero, &dirty);
+		uintptr_t a = carve_locked(s, &kind, pages, align, &state);
 		if (a) {
-			publish_live(vmap_pte_of(vmap_region_of(a), a), s->id, pages, kind);
+			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+			__atomic_store_n(&e->tag,
+					 vmap_tag_make(VMAP_ST_LIVE, s->id, pages,
+						       (kind ? VMAP_TAG_BIG : 0) | tag),
+					 __ATOMIC_RELEASE);
 			vmap_shard_unlock(s);
-			if (dirty) {
+			*zero = state == VMAP_RUN_ZERO || state == VMAP_RUN_GUARDED;
+			if (state == VMAP_RUN_GUARDED)
+				vmap_unguard(a, pages);
+			if (state == VMAP_RUN_PROTECTED)
+				vmap_unprotect(a, pages);
+			if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED) {
 				vmap_stat_add_cpu(cpu, VMAP_STAT_run_hits, 1);
-				vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)dirty);
+				vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes,
+						  -(int64_t)(pages << VMAP_PAGE_SHIFT));
 			} else {
 				vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
-				if (vmap_opt.populate)
-					vmap_os_madvise((void *)a, (pages - 1) << VMAP_PAGE_SHIFT,
+				if (vmap_opt.populate && *zero)
+					vmap_os_madvise((void *)a,
+							(pages - !(tag & VMAP_TAG_MMAP)) << VMAP_PAGE_SHIFT,
 							MADV_POPULATE_WRITE);
 			}
 			return (void *)a;
@@ -569,7 +635,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	size_t natural = big ? VMAP_BIG_MIN : VMAP_PAGE;
 	if (align < natural)
 		align = natural;
-	struct vmap_shard *s = shard_here(&cpu);
+	struct vmap_shard *s = vmap_shard_here(&cpu);
 	void *p;
 	uintptr_t a = 0;
 	if (pages <= vmap_pool_exact) {
@@ -597,7 +663,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 		p = (void *)a;
 	} else {
 		vmap_shard_lock(s);
-		p = alloc_carve(s, cpu, pages, big, align, zero);
+		p = vmap_alloc_carve(s, cpu, pages, big, align, zero, 0);
 		if (!p)
 			return NULL;
 	}
@@ -659,10 +725,31 @@ void vmap_range_free(void *p, const char *who)
 					 __ATOMIC_ACQUIRE))
 		invalid_pointer(who, p, t); /* lost a race with another free of p */
 	unsigned cpu;
-	struct vmap_shard *here = shard_here(&cpu);
+	struct vmap_shard *here = vmap_shard_here(&cpu);
 	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
 	uint64_t now = vmap_os_now_ns();
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
+	if (__builtin_expect(t & VMAP_TAG_ATTR, 0)) {
+		/* The program changed this block's protection or advice (a guard
+		 * page under a thread stack, MADV_DONTFORK...): a fresh mapping over
+		 * it restores plain read-write memory, zero-filled. */
+		if (!vmap_os_is_err(vmap_os_mmap(p, (size_t)bytes, PROT_READ | PROT_WRITE,
+						 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+							 MAP_NORESERVE,
+						 -1, 0))) {
+			vmap_shard_lock(owner);
+			vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
+						t & VMAP_TAG_BIG, now);
+			vmap_shard_unlock(owner);
+			vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
+			vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
+			vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
+			return;
+		}
+		/* Could not reset it: keep it out of circulation rather than hand
+		 * out memory with the wrong protection (counted as still in use). */
+		return;
+	}
 	if (pages > vmap_pool_exact) {
 		/* Larger areas become a resident free run, merged with its free
 		 * neighbours, reusable by any size. */
@@ -729,14 +816,18 @@ bool vmap_range_resize(void *p, size_t size)
 		    !!(rt & VMAP_TAG_BIG) == big && pages + rp >= want) {
 			uint64_t stamp = re->stamp;
 			unsigned rs = vmap_tag_run_state(rt);
-			run_take_locked(s, re, rt);
+			vmap_run_take_locked(s, re, rt);
 			uint64_t extra = want - pages;
 			if (rp > extra)
-				run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, rs, big,
+				vmap_run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, rs, big,
 					       stamp);
-			if (rs == VMAP_RUN_DIRTY)
+			if (rs == VMAP_RUN_DIRTY || rs == VMAP_RUN_PROTECTED)
 				vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes,
 						  -(int64_t)(extra << VMAP_PAGE_SHIFT));
+			if (rs == VMAP_RUN_GUARDED)
+				vmap_unguard(end, extra); /* (under the lock: rare) */
+			if (rs == VMAP_RUN_PROTECTED)
+				vmap_unprotect(end, extra);
 			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
 					 __ATOMIC_RELEASE);
 			done = true;
@@ -839,8 +930,31 @@ int vmap_range_init(void)
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)vmap_shards_bytes);
 	vmap_reserve_size = fit_reservation(vmap_opt.reserve);
 	if (vmap_reserve_size < REGION_FLOOR)
-		return -12;
-	return region_add(vmap_reserve_size, REGION_FLOOR);
+		return -ENOMEM;
+	int rc = region_add(vmap_reserve_size, REGION_FLOOR);
+	if (rc)
+		return rc;
+	/* Can this kernel mark pages as faulting without splitting the VMA
+	 * (MADV_GUARD_INSTALL, Linux >= 6.13)?  Probed on a throwaway page. */
+	void *probe = vmap_os_mmap(NULL, VMAP_PAGE, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!vmap_os_is_err(probe)) {
+		vmap_guard_markers = vmap_os_madvise(probe, VMAP_PAGE, MADV_GUARD_INSTALL) == 0;
+		vmap_os_munmap(probe, VMAP_PAGE);
+	}
+	return 0;
+}
+
+bool vmap_range_is_metadata(uintptr_t a, uintptr_t e)
+{
+	for (unsigned i = 0; i < vmap_nregions; i++) {
+		uintptr_t m = (uintptr_t)vmap_regions[i].pt;
+		uintptr_t me = m + vmap_regions[i].pt_bytes + vmap_regions[i].owner_bytes;
+		if (a < me && e > m)
+			return true;
+	}
+	uintptr_t sh = (uintptr_t)vmap_shards;
+	return sh && a < sh + vmap_shards_bytes && e > sh;
 }
 
 unsigned vmap_range_nshards(void)
@@ -933,7 +1047,7 @@ void vmap_range_check(void)
 					check_fail("two adjacent free runs were not merged", a);
 				prev_free = key;
 				freed[sh][list_of(big, rs)] += n;
-				if (rs == VMAP_RUN_DIRTY)
+				if (rs == VMAP_RUN_DIRTY || rs == VMAP_RUN_PROTECTED)
 					dirty_bytes[sh] += n << VMAP_PAGE_SHIFT;
 				bool listed = false;
 				for (uintptr_t x = vmap_shards[sh].free_bin[list_of(big, rs)][bin_of(n)]; x;

@@ -55,7 +55,8 @@ void vmap_range_check(void);
  * Page-table entry, one per arena page, out of band (in its own mapping, so
  * an overflow of user data cannot reach it).  Only "head" pages carry a tag:
  *
- *   tag = state:4 | zero:1 | big:1 | spare:2 | shard:8 | pages:48
+ *   tag = state:4 | zero:1 | big:1 | advised:1 | guarded:1 | shard:8 |
+ *         mmap:1 | attr:1 | spare:6 | pages:40
  *
  *   LIVE       start of a block the program owns
  *   CACHED     start of a freed area held resident in a pool
@@ -80,23 +81,40 @@ enum {
 	VMAP_ST_PURGING = 3,
 	VMAP_ST_FREE = 4,
 	VMAP_ST_FREE_TAIL = 5,
+	VMAP_ST_FOREIGN = 6, /* arena pages the program mapped over (MAP_FIXED) */
 };
 #define VMAP_TAG_ZERO (1ull << 59)
 #define VMAP_TAG_BIG (1ull << 58)
 #define VMAP_TAG_ADVISED (1ull << 57)
+#define VMAP_TAG_GUARDED (1ull << 56)
+#define VMAP_TAG_MMAP (1ull << 47) /* a live area the program got from mmap() */
+#define VMAP_TAG_ATTR (1ull << 46) /* the program changed its protection/advice/lock */
+#define VMAP_TAG_PROTECTED (1ull << 45)
 
 /* The state of a free run: known zero (fresh, or purged with MADV_DONTNEED),
- * dirty (freed, resident, counted as cached, to be purged), or advised
+ * dirty (freed, resident, counted as cached, to be purged), advised
  * (released with MADV_FREE, or a purge whose madvise failed: not zero, not
- * cached, never purged again). */
-enum vmap_run_state { VMAP_RUN_ZERO = 0, VMAP_RUN_DIRTY = 1, VMAP_RUN_ADVISED = 2 };
+ * cached, never purged again), guarded (pages the program munmap()ed:
+ * they fault on access until un-guarded, and are zero after), or protected
+ * (munmap()ed lazily: PROT_NONE so they fault, but still resident, counted as
+ * cached; reuse costs one mprotect and a memset instead of a fault per page). */
+enum vmap_run_state {
+	VMAP_RUN_ZERO = 0,
+	VMAP_RUN_DIRTY = 1,
+	VMAP_RUN_ADVISED = 2,
+	VMAP_RUN_GUARDED = 3,
+	VMAP_RUN_PROTECTED = 4, /* munmap()ed lazily: PROT_NONE, pages still resident */
+};
 
 static inline unsigned vmap_tag_run_state(uint64_t t)
 {
-	return (t & VMAP_TAG_ZERO) ? VMAP_RUN_ZERO : (t & VMAP_TAG_ADVISED) ? VMAP_RUN_ADVISED
-									: VMAP_RUN_DIRTY;
+	return (t & VMAP_TAG_ZERO)      ? VMAP_RUN_ZERO
+	       : (t & VMAP_TAG_GUARDED) ? VMAP_RUN_GUARDED
+	       : (t & VMAP_TAG_PROTECTED) ? VMAP_RUN_PROTECTED
+	       : (t & VMAP_TAG_ADVISED) ? VMAP_RUN_ADVISED
+					: VMAP_RUN_DIRTY;
 }
-#define VMAP_TAG_PAGES ((1ull << 48) - 1)
+#define VMAP_TAG_PAGES ((1ull << 40) - 1)
 
 static inline unsigned vmap_tag_state(uint64_t t) { return (unsigned)(t >> 60); }
 static inline uint64_t vmap_tag_pages(uint64_t t) { return t & VMAP_TAG_PAGES; }
@@ -126,8 +144,8 @@ struct vmap_pool {
 };
 
 #define VMAP_FREE_BINS 48
-/* Free-run lists per shard: [big * 3 + run state]. */
-#define VMAP_RUN_LISTS 6
+/* Free-run lists per shard: [big * 5 + run state]. */
+#define VMAP_RUN_LISTS 10
 
 struct vmap_shard {
 	struct vmap_lock lock;
@@ -193,6 +211,24 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
 				   unsigned max);
 void vmap_purge_maybe(uint64_t now);
+
+/* For mmap.c: the pieces of range.c it builds on (shard lock held where
+ * the name says _locked). */
+extern bool vmap_guard_markers;
+struct vmap_shard *vmap_shard_here(unsigned *cpu);
+void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, uint64_t pages,
+			 unsigned state, bool big, uint64_t stamp);
+void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t);
+void vmap_unguard(uintptr_t a, uint64_t pages);
+void vmap_unprotect(uintptr_t a, uint64_t pages);
+extern int vmap_protected_runs;
+/* Carves `pages` pages (all of them usable when tag has VMAP_TAG_MMAP) with
+ * the shard lock held on entry; releases it.  *zero: contents known zero. */
+void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu, uint64_t pages, bool big, size_t align,
+		       bool *zero, uint64_t tag);
+bool vmap_range_is_metadata(uintptr_t a, uintptr_t e);
+/* Claims the unclaimed chunk holding a for shard s, as zero free space. */
+bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s);
 void vmap_purge_fork_prepare(void);
 void vmap_purge_fork_parent(void);
 void vmap_purge_fork_child(void);

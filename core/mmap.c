@@ -1,0 +1,674 @@
+/*
+ * mmap.c — the program's own anonymous mmap, served by the range allocator
+ * with the kernel's semantics (DESIGN.md §3).
+ *
+ * Served: private, anonymous, read-write requests without an address hint,
+ * fd -1, offset 0, and none of MAP_FIXED(_NOREPLACE), MAP_SHARED, MAP_HUGETLB,
+ * MAP_GROWSDOWN, MAP_STACK, MAP_32BIT, MAP_LOCKED; MAP_POPULATE and
+ * MAP_NORESERVE are honoured.  Everything else goes to the kernel unchanged
+ * through the raw system call, with the kernel's result and errno.
+ *
+ * A served mapping is an area tagged VMAP_TAG_MMAP: all its pages are the
+ * program's (no guard page), zero-filled when handed out.  munmap() of any
+ * part of it — head, tail, middle, several mappings and holes in one call —
+ * splits the area exactly; the unmapped pages get guard markers
+ * (MADV_GUARD_INSTALL: they fault like unmapped memory without splitting the
+ * arena's VMA; mprotect(PROT_NONE) on kernels without it) and become a
+ * "guarded" free run, un-guarded when reused.  mprotect/madvise/mincore/
+ * mremap aimed at such pages fail as on unmapped memory (ENOMEM, EFAULT).
+ * An area whose protection or advice the program changed is flagged ATTR and
+ * reset with a fresh mapping before reuse.  munmap/mremap/MAP_FIXED aimed at
+ * a live malloc block or at vmapalloc's metadata are refused with EINVAL and
+ * one diagnostic line.  MAP_FIXED, MAP_FIXED_NOREPLACE and hints aimed at
+ * arena pages that are free from the program's point of view get them: the
+ * pages are carved out and handed to the kernel (a "foreign" range, ours
+ * again once the program unmaps it).
+ *
+ * Owns no state of its own beyond counters; every tag change happens under
+ * the owner shard's lock (range.h), system calls outside it.
+ *
+ * Called by: preload/mmap.c (the exported names).
+ */
+#include "mmap.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "alloc.h"
+#include "counter.h"
+#include "fmt.h"
+#include "options.h"
+#include "range.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef MAP_HUGETLB
+#define MAP_HUGETLB 0x40000
+#endif
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+
+#define SERVED_MAX ((size_t)1 << 36) /* 64 GiB: larger requests go to the kernel */
+
+static inline void count(enum vmap_stat s, int64_t d)
+{
+	vmap_stat_add_cpu(0, s, d);
+}
+
+static void refuse(const char *call, uintptr_t a)
+{
+	VMAP_BUF(b, 2, 256);
+	vmap_buf_str(&b, "vmapalloc: ");
+	vmap_buf_str(&b, call);
+	vmap_buf_str(&b, "(");
+	vmap_buf_hex(&b, a);
+	vmap_buf_str(&b, ") aimed at memory vmapalloc uses (a live malloc block or its metadata): "
+			 "refused with EINVAL\n");
+	vmap_buf_flush(&b);
+	count(VMAP_STAT_mmap_refused, 1);
+}
+
+/* ---- classification of arena pages --------------------------------------- */
+
+enum piece_kind {
+	PIECE_MAPPED,  /* a live served mapping: the program's */
+	PIECE_FOREIGN, /* the program's own MAP_FIXED mapping over arena pages */
+	PIECE_MALLOC,  /* a live malloc block, or an area vmapalloc holds (pools, purge) */
+	PIECE_HOLE,    /* free arena space: unmapped from the program's point of view */
+};
+
+struct piece {
+	uintptr_t head;
+	uint64_t tag;
+	uintptr_t end;
+	enum piece_kind kind;
+};
+
+/* The area or free run containing page a (tags sit at heads and free tails). */
+static struct piece piece_at(struct vmap_region *r, uintptr_t a)
+{
+	struct vmap_pte *e = vmap_pte_of(r, a);
+	size_t i = (a - r->base) >> VMAP_PAGE_SHIFT;
+	struct piece p = {0, 0, 0, PIECE_HOLE};
+	size_t c = i >> (VMAP_CHUNK_SHIFT - VMAP_PAGE_SHIFT);
+	if (!__atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED)) {
+		/* A chunk no shard took yet: free, up to the chunk's end. */
+		p.head = a;
+		p.end = r->base + ((c + 1) << VMAP_CHUNK_SHIFT);
+		return p;
+	}
+	uint64_t t = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
+	if (vmap_tag_state(t) == VMAP_ST_FREE_TAIL) {
+		uint64_t n = vmap_tag_pages(t);
+		p.head = a - ((n - 1) << VMAP_PAGE_SHIFT);
+		t = __atomic_load_n(&vmap_pte_of(r, p.head)->tag, __ATOMIC_ACQUIRE);
+	} else {
+		while (!t && i > 0) {
+			i--;
+			e--;
+			t = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
+		}
+		p.head = r->base + (i << VMAP_PAGE_SHIFT);
+	}
+	p.tag = t;
+	p.end = p.head + (vmap_tag_pages(t) << VMAP_PAGE_SHIFT);
+	switch (vmap_tag_state(t)) {
+	case VMAP_ST_LIVE:
+		p.kind = (t & VMAP_TAG_MMAP) ? PIECE_MAPPED : PIECE_MALLOC;
+		break;
+	case VMAP_ST_FOREIGN:
+		p.kind = PIECE_FOREIGN;
+		break;
+	case VMAP_ST_FREE:
+		p.kind = PIECE_HOLE;
+		break;
+	default:
+		p.kind = PIECE_MALLOC; /* CACHED / PURGING: vmapalloc's */
+		break;
+	}
+	return p;
+}
+
+/* Calls fn on each piece of [a, e) inside the arena; stops at a non-zero
+ * return.  Pieces outside the arena are reported with r == NULL. */
+typedef int (*piece_fn)(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e,
+			void *arg);
+
+static int walk(uintptr_t a, uintptr_t e, piece_fn fn, void *arg)
+{
+	while (a < e) {
+		struct vmap_region *r = vmap_region_of(a);
+		if (!r) {
+			/* Up to the next region start, or e. */
+			uintptr_t next = e;
+			for (unsigned i = 0; i < vmap_nregions; i++)
+				if (vmap_regions[i].base > a && vmap_regions[i].base < next)
+					next = vmap_regions[i].base;
+			struct piece p = {a, 0, next, PIECE_HOLE};
+			int rc = fn(NULL, &p, a, next, arg);
+			if (rc)
+				return rc;
+			a = next;
+			continue;
+		}
+		struct piece p = piece_at(r, a);
+		uintptr_t pe = p.end < e ? p.end : e;
+		if (pe > r->base + r->size)
+			pe = r->base + r->size;
+		int rc = fn(r, &p, a, pe, arg);
+		if (rc)
+			return rc;
+		a = pe;
+	}
+	return 0;
+}
+
+static int find_malloc(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	(void)e;
+	(void)arg;
+	(void)a;
+	return r && p->kind == PIECE_MALLOC ? 1 : 0;
+}
+
+static int find_hole(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	(void)a;
+	(void)e;
+	(void)arg;
+	return r && p->kind == PIECE_HOLE ? 1 : 0;
+}
+
+static int find_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	(void)a;
+	(void)e;
+	(void)arg;
+	return r && (p->kind == PIECE_MAPPED || p->kind == PIECE_FOREIGN) ? 1 : 0;
+}
+
+/* ---- unmapping part of a served mapping ----------------------------------- */
+
+/* Makes [a, e) fault like unmapped memory.  0 or -errno. */
+static int make_unmapped(uintptr_t a, uintptr_t e, bool attr)
+{
+	size_t len = e - a;
+	if (attr) {
+		/* Reset protection/advice/locking with a fresh mapping first. */
+		void *m = vmap_os_mmap((void *)a, len, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		if (vmap_os_is_err(m))
+			return vmap_os_err(m);
+	}
+	if (vmap_guard_markers) {
+		int rc = vmap_os_madvise((void *)a, len, MADV_GUARD_INSTALL);
+		if (rc == 0)
+			return 0;
+		if (!attr && rc == -EINVAL) /* e.g. mlocked: reset, then try again */
+			return make_unmapped(a, e, true);
+		return rc;
+	}
+	/* Older kernels: PROT_NONE (splits the VMA; the pages are dropped first
+	 * so that they are zero when un-guarded). */
+	vmap_os_madvise((void *)a, len, MADV_DONTNEED);
+	return vmap_os_mprotect((void *)a, len, PROT_NONE);
+}
+
+/* At most this many lazily unmapped runs: each may cost the arena VMA two
+ * splits, so 512 keep it far below vm.max_map_count (65530). */
+#define PROTECTED_RUNS_MAX 512
+
+/* Cuts [a, e) out of the served mapping p (shard lock not held).  Lazily
+ * when it can: PROT_NONE keeps the pages resident for the next mmap (one
+ * mprotect and a memset instead of a page fault per page), within the cache
+ * budget; otherwise guard markers drop them. */
+static int cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e)
+{
+	uint64_t t = p->tag;
+	unsigned state = VMAP_RUN_GUARDED;
+	int rc = -1;
+	if (!(t & VMAP_TAG_ATTR) && e - a <= vmap_lazy_max / 4 &&
+	    __atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED) <= PROTECTED_RUNS_MAX) {
+		rc = vmap_os_mprotect((void *)a, e - a, PROT_NONE);
+		if (rc == 0)
+			state = VMAP_RUN_PROTECTED;
+	}
+	if (rc) {
+		if (!(t & VMAP_TAG_ATTR) && e - a <= vmap_lazy_max / 4)
+			__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
+		rc = make_unmapped(a, e, t & VMAP_TAG_ATTR);
+		if (rc)
+			return rc;
+	}
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	bool big = t & VMAP_TAG_BIG;
+	uint64_t keep = t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR);
+	vmap_shard_lock(s);
+	struct vmap_pte *h = vmap_pte_of(r, p->head);
+	uint64_t left = (a - p->head) >> VMAP_PAGE_SHIFT, right = (p->end - e) >> VMAP_PAGE_SHIFT;
+	__atomic_store_n(&h->tag,
+			 left ? vmap_tag_make(VMAP_ST_LIVE, s->id, left, keep) : 0, __ATOMIC_RELEASE);
+	if (right)
+		__atomic_store_n(&vmap_pte_of(r, e)->tag,
+				 vmap_tag_make(VMAP_ST_LIVE, s->id, right, keep), __ATOMIC_RELEASE);
+	vmap_free_insert_locked(s, a, (e - a) >> VMAP_PAGE_SHIFT, state, big, vmap_os_now_ns());
+	vmap_shard_unlock(s);
+	count(VMAP_STAT_mmap_bytes_in_use, -(int64_t)(e - a));
+	if (state == VMAP_RUN_PROTECTED) {
+		count(VMAP_STAT_cached_bytes, (int64_t)(e - a));
+		vmap_purge_maybe(vmap_os_now_ns());
+	}
+	if (left || right)
+		count(VMAP_STAT_munmap_partial, 1);
+	return 0;
+}
+
+/* A foreign range the program unmaps: back to the kernel, then ours again. */
+static int cut_foreign(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e)
+{
+	int rc = vmap_os_munmap((void *)a, e - a);
+	if (rc)
+		return rc;
+	void *m = vmap_os_mmap((void *)a, e - a, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (vmap_os_is_err(m))
+		return 0; /* a hole in the arena: it stays foreign (never reused) */
+	uint64_t t = p->tag;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	vmap_shard_lock(s);
+	uint64_t left = (a - p->head) >> VMAP_PAGE_SHIFT, right = (p->end - e) >> VMAP_PAGE_SHIFT;
+	uint64_t keep = t & VMAP_TAG_BIG;
+	__atomic_store_n(&vmap_pte_of(r, p->head)->tag,
+			 left ? vmap_tag_make(VMAP_ST_FOREIGN, s->id, left, keep) : 0, __ATOMIC_RELEASE);
+	if (right)
+		__atomic_store_n(&vmap_pte_of(r, e)->tag,
+				 vmap_tag_make(VMAP_ST_FOREIGN, s->id, right, keep), __ATOMIC_RELEASE);
+	vmap_free_insert_locked(s, a, (e - a) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, t & VMAP_TAG_BIG, 0);
+	vmap_shard_unlock(s);
+	return 0;
+}
+
+static int unmap_piece(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	bool *any = arg;
+	if (!r) {
+		/* Outside the arena: the kernel's business. */
+		int rc = vmap_os_munmap((void *)a, e - a);
+		return rc ? rc : 0;
+	}
+	if (p->kind == PIECE_MAPPED) {
+		*any = true;
+		return cut_mapped(r, p, a, e);
+	}
+	if (p->kind == PIECE_FOREIGN)
+		return cut_foreign(r, p, a, e);
+	return 0; /* a hole: already unmapped from the program's view */
+}
+
+static bool overlaps_arena(uintptr_t a, uintptr_t e)
+{
+	return e > vmap_span_lo && a < vmap_span_hi;
+}
+
+int vmap_munmap(void *addr, size_t len)
+{
+	uintptr_t a = (uintptr_t)addr;
+	if (!vmap_opt.mmap || !vmap_range_enabled())
+		return vmap_os_munmap(addr, len);
+	if ((a & (VMAP_PAGE - 1)) || len == 0)
+		return -EINVAL;
+	uintptr_t e = a + ((len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1));
+	if (e < a)
+		return -EINVAL;
+	if (vmap_range_is_metadata(a, e)) {
+		refuse("munmap", a);
+		return -EINVAL;
+	}
+	if (!overlaps_arena(a, e))
+		return vmap_os_munmap(addr, len);
+	if (walk(a, e, find_malloc, NULL)) {
+		refuse("munmap", a);
+		return -EINVAL;
+	}
+	bool any = false;
+	int rc = walk(a, e, unmap_piece, &any);
+	if (any)
+		count(VMAP_STAT_munmap_served, 1);
+	return rc;
+}
+
+/* ---- mmap ------------------------------------------------------------------ */
+
+static bool servable(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	/* The mapping type (low bits) must be exactly MAP_PRIVATE, and no flag
+	 * but these may be set: anything else (MAP_FIXED*, MAP_HUGETLB,
+	 * MAP_GROWSDOWN, MAP_STACK, MAP_32BIT, MAP_LOCKED, unknown bits that the
+	 * kernel may reject) goes to the kernel. */
+	const int allowed = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE | MAP_NORESERVE;
+	return !addr && len && len <= SERVED_MAX && prot == (PROT_READ | PROT_WRITE) &&
+	       (flags & 0x0f) == MAP_PRIVATE && (flags & MAP_ANONYMOUS) && !(flags & ~allowed) &&
+	       fd == -1 && off == 0;
+}
+
+/* Carves exactly [a, e) out of free arena space (any free run state) so that
+ * the kernel can map it for the program; false if any part is not free. */
+static int take_hole(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	(void)arg;
+	if (!r)
+		return 0;
+	if (p->kind == PIECE_HOLE && !p->tag) {
+		/* A chunk no shard has taken: take it now (as free space of this
+		 * CPU's shard), then carve from it like any free run. */
+		unsigned cpu;
+		struct vmap_shard *here = vmap_shard_here(&cpu);
+		if (!vmap_chunk_claim_at(a, here))
+			return 1;
+		struct piece np = piece_at(r, a);
+		return take_hole(r, &np, a, e, arg);
+	}
+	if (p->kind != PIECE_HOLE)
+		return 1;
+	uint64_t t = p->tag;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	vmap_shard_lock(s);
+	struct vmap_pte *h = vmap_pte_of(r, p->head);
+	if (h->tag != t) {
+		vmap_shard_unlock(s);
+		return 1; /* changed under us */
+	}
+	unsigned state = vmap_tag_run_state(t);
+	bool big = t & VMAP_TAG_BIG;
+	uint64_t stamp = h->stamp;
+	vmap_run_take_locked(s, h, t);
+	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
+		count(VMAP_STAT_cached_bytes, -(int64_t)(p->end - p->head));
+	if (a > p->head)
+		vmap_run_set_locked(s, r, p->head, (a - p->head) >> VMAP_PAGE_SHIFT, state, big, stamp);
+	if (p->end > e)
+		vmap_run_set_locked(s, r, e, (p->end - e) >> VMAP_PAGE_SHIFT, state, big, stamp);
+	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
+		count(VMAP_STAT_cached_bytes, (int64_t)((a - p->head) + (p->end - e)));
+	__atomic_store_n(&vmap_pte_of(r, a)->tag,
+			 vmap_tag_make(VMAP_ST_FOREIGN, s->id, (e - a) >> VMAP_PAGE_SHIFT, t & VMAP_TAG_BIG),
+			 __ATOMIC_RELEASE);
+	vmap_shard_unlock(s);
+	return 0;
+}
+
+/* MAP_FIXED, MAP_FIXED_NOREPLACE or a hint aimed at the arena. */
+static void *map_into_arena(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	uintptr_t a = (uintptr_t)addr, e = a + ((len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1));
+	bool fixed = flags & MAP_FIXED, noreplace = flags & MAP_FIXED_NOREPLACE;
+	if (!fixed && !noreplace) {
+		/* A hint: honoured when the range is free, else the kernel picks. */
+		if ((a & (VMAP_PAGE - 1)) || walk(a, e, find_mapped, NULL) ||
+		    walk(a, e, find_malloc, NULL) || vmap_range_is_metadata(a, e))
+			return vmap_os_mmap(NULL, len, prot, flags, fd, off);
+		flags |= MAP_FIXED;
+	} else if (walk(a, e, find_malloc, NULL) || vmap_range_is_metadata(a, e)) {
+		refuse(noreplace ? "mmap(MAP_FIXED_NOREPLACE)" : "mmap(MAP_FIXED)", a);
+		return (void *)(intptr_t)-EINVAL;
+	} else if (noreplace) {
+		if (walk(a, e, find_mapped, NULL))
+			return (void *)(intptr_t)-EEXIST;
+		flags = (flags & ~MAP_FIXED_NOREPLACE) | MAP_FIXED;
+	} else {
+		/* MAP_FIXED replaces whatever the program had there. */
+		bool any = false;
+		int rc = walk(a, e, unmap_piece, &any);
+		if (rc)
+			return (void *)(intptr_t)rc;
+	}
+	/* Every page is now free arena space: take it out, then let the kernel map. */
+	if (walk(a, e, take_hole, NULL))
+		return vmap_os_mmap(fixed || noreplace ? addr : NULL, len, prot,
+				    fixed || noreplace ? flags : flags & ~MAP_FIXED, fd, off);
+	void *m = vmap_os_mmap(addr, len, prot, flags, fd, off);
+	if (vmap_os_is_err(m)) {
+		bool any = false;
+		walk(a, e, unmap_piece, &any); /* give the pages back */
+	}
+	return m;
+}
+
+void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (!vmap_opt.mmap || !vmap_range_enabled()) {
+		count(VMAP_STAT_mmap_passed, 1);
+		return vmap_os_mmap(addr, len, prot, flags, fd, off);
+	}
+	if (servable(addr, len, prot, flags, fd, off)) {
+		size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+		uint64_t pages = rounded >> VMAP_PAGE_SHIFT;
+		/* Served mappings stay out of the THP chunks: the kernel gives an
+		 * anonymous mapping no huge pages in THP "madvise" mode either, and
+		 * 2 MiB alignment was measured to defeat reuse of lazily unmapped
+		 * runs (mmap cycles of 64 KiB-4 MiB: half the calls faulted fresh
+		 * memory; without it, none). */
+		bool big = false, zero;
+		unsigned cpu;
+		struct vmap_shard *s = vmap_shard_here(&cpu);
+		vmap_shard_lock(s);
+		void *p = vmap_alloc_carve(s, cpu, pages, big, VMAP_PAGE, &zero, VMAP_TAG_MMAP);
+		if (p) {
+			if (!zero)
+				memset(p, 0, rounded);
+			else if (flags & MAP_POPULATE)
+				vmap_os_madvise(p, rounded, 23 /* MADV_POPULATE_WRITE */);
+			count(VMAP_STAT_mmap_served, 1);
+			count(VMAP_STAT_mmap_bytes_in_use, (int64_t)rounded);
+			return p;
+		}
+		/* Arena exhausted: the kernel may still have room. */
+	}
+	count(VMAP_STAT_mmap_passed, 1);
+	uintptr_t a = (uintptr_t)addr;
+	if (addr && overlaps_arena(a, a + len) && len)
+		return map_into_arena(addr, len, prot, flags, fd, off);
+	return vmap_os_mmap(addr, len, prot, flags, fd, off);
+}
+
+/* ---- mprotect, madvise, mincore -------------------------------------------- */
+
+static int mark_attr(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	(void)a;
+	(void)e;
+	(void)arg;
+	if (r && vmap_tag_state(p->tag) == VMAP_ST_LIVE && !(p->tag & VMAP_TAG_ATTR))
+		__atomic_fetch_or(&vmap_pte_of(r, p->head)->tag, VMAP_TAG_ATTR, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* For calls that must see mapped memory: ENOMEM if [a, a+len) has arena
+ * pages the program does not have mapped.  0 means: pass it to the kernel. */
+static int check_mapped(uintptr_t a, size_t len, bool attr)
+{
+	uintptr_t e = a + ((len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1));
+	if (!vmap_opt.mmap || !overlaps_arena(a, e) || (a & (VMAP_PAGE - 1)))
+		return 0;
+	if (walk(a, e, find_hole, NULL))
+		return -ENOMEM;
+	if (attr)
+		walk(a, e, mark_attr, NULL);
+	return 0;
+}
+
+static bool advice_changes_vma(int advice)
+{
+	switch (advice) {
+	case MADV_DONTNEED:
+	case MADV_FREE:
+	case MADV_WILLNEED:
+	case 20: /* MADV_COLD */
+	case 21: /* MADV_PAGEOUT */
+	case 22: /* MADV_POPULATE_READ */
+	case 23: /* MADV_POPULATE_WRITE */
+		return false;
+	default:
+		return true;
+	}
+}
+
+int vmap_mprotect(void *addr, size_t len, int prot)
+{
+	int rc = check_mapped((uintptr_t)addr, len, true);
+	return rc ? rc : vmap_os_mprotect(addr, len, prot);
+}
+
+int vmap_madvise(void *addr, size_t len, int advice)
+{
+	int rc = check_mapped((uintptr_t)addr, len, advice_changes_vma(advice));
+	return rc ? rc : vmap_os_madvise(addr, len, advice);
+}
+
+int vmap_mincore(void *addr, size_t len, unsigned char *vec)
+{
+	int rc = check_mapped((uintptr_t)addr, len, false);
+	return rc ? rc : vmap_os_mincore(addr, len, vec);
+}
+
+/* ---- mremap ------------------------------------------------------------------ */
+
+/* Grows the served mapping that ends at `end` by `extra` pages into free
+ * space right after it; true on success.  The new pages read zero. */
+static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra)
+{
+	uint64_t t = p->tag;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	uintptr_t end = p->end;
+	if (end + (extra << VMAP_PAGE_SHIFT) > r->base + r->size)
+		return false;
+	vmap_shard_lock(s);
+	struct vmap_pte *re = vmap_pte_of(r, end);
+	uint64_t rt = re->tag, rp = vmap_tag_pages(rt);
+	if (vmap_pte_of(r, p->head)->tag != t || vmap_tag_state(rt) != VMAP_ST_FREE ||
+	    vmap_tag_shard(rt) != s->id || rp < extra) {
+		vmap_shard_unlock(s);
+		return false;
+	}
+	unsigned state = vmap_tag_run_state(rt);
+	uint64_t stamp = re->stamp;
+	vmap_run_take_locked(s, re, rt);
+	if (rp > extra)
+		vmap_run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, state,
+				    rt & VMAP_TAG_BIG, stamp);
+	uint64_t pages = vmap_tag_pages(t) + extra;
+	__atomic_store_n(&vmap_pte_of(r, p->head)->tag,
+			 vmap_tag_make(VMAP_ST_LIVE, s->id, pages,
+				       t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR)),
+			 __ATOMIC_RELEASE);
+	vmap_shard_unlock(s);
+	size_t bytes = (size_t)extra << VMAP_PAGE_SHIFT;
+	if (state == VMAP_RUN_DIRTY) {
+		count(VMAP_STAT_cached_bytes, -(int64_t)bytes);
+		memset((void *)end, 0, bytes);
+	} else if (state == VMAP_RUN_ADVISED) {
+		memset((void *)end, 0, bytes);
+	} else if (state == VMAP_RUN_GUARDED) {
+		vmap_unguard(end, extra);
+	} else if (state == VMAP_RUN_PROTECTED) {
+		count(VMAP_STAT_cached_bytes, -(int64_t)bytes);
+		vmap_unprotect(end, extra);
+		memset((void *)end, 0, bytes);
+	}
+	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)bytes);
+	return true;
+}
+
+void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	uintptr_t a = (uintptr_t)old;
+	if (!vmap_opt.mmap || !vmap_range_enabled() || !overlaps_arena(a, a + 1)) {
+		if ((flags & MREMAP_FIXED) && overlaps_arena((uintptr_t)new_addr,
+							     (uintptr_t)new_addr + new_len)) {
+			refuse("mremap(MREMAP_FIXED into the arena)", (uintptr_t)new_addr);
+			return (void *)(intptr_t)-EINVAL;
+		}
+		return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
+	}
+	struct vmap_region *r = vmap_region_of(a);
+	if (!r)
+		return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
+	/* The kernel's argument checks, in its order. */
+	if (flags & ~(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP))
+		return (void *)(intptr_t)-EINVAL;
+	if ((flags & MREMAP_FIXED) && !(flags & MREMAP_MAYMOVE))
+		return (void *)(intptr_t)-EINVAL;
+	if ((flags & MREMAP_DONTUNMAP) && (!(flags & MREMAP_MAYMOVE) || old_len != new_len))
+		return (void *)(intptr_t)-EINVAL;
+	if (a & (VMAP_PAGE - 1))
+		return (void *)(intptr_t)-EINVAL;
+	size_t ol = (old_len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	size_t nl = (new_len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	if (!nl || nl < new_len)
+		return (void *)(intptr_t)-EINVAL;
+	struct piece p = piece_at(r, a);
+	if (p.kind == PIECE_MALLOC) {
+		refuse("mremap", a);
+		return (void *)(intptr_t)-EINVAL;
+	}
+	if (p.kind == PIECE_HOLE)
+		return (void *)(intptr_t)-EFAULT;
+	if (!ol)
+		return (void *)(intptr_t)-EINVAL; /* old_len 0 duplicates shared mappings only */
+	if (a + ol > p.end)
+		return (void *)(intptr_t)-EFAULT; /* the old range spans more than one mapping */
+	if (p.kind == PIECE_FOREIGN) {
+		void *m = vmap_os_mremap(old, old_len, new_len, flags, new_addr);
+		return m; /* the program's own mapping: the kernel's semantics, holes stay foreign */
+	}
+	count(VMAP_STAT_mremap_calls, 1);
+	if (!(flags & MREMAP_FIXED) && !(flags & MREMAP_DONTUNMAP)) {
+		if (nl == ol)
+			return old;
+		if (nl < ol) {
+			int rc = cut_mapped(r, &p, a + nl, a + ol);
+			return rc ? (void *)(intptr_t)rc : old;
+		}
+		if (a + ol == p.end && grow_in_place(r, &p, (nl - ol) >> VMAP_PAGE_SHIFT))
+			return old;
+		if (!(flags & MREMAP_MAYMOVE))
+			return (void *)(intptr_t)-ENOMEM;
+	}
+	/* Move.  The destination: the program's address (outside the arena: the
+	 * kernel's), or a new served mapping. */
+	if (flags & MREMAP_FIXED) {
+		uintptr_t d = (uintptr_t)new_addr;
+		if (overlaps_arena(d, d + nl)) {
+			refuse("mremap(MREMAP_FIXED into the arena)", d);
+			return (void *)(intptr_t)-EINVAL;
+		}
+		void *m = vmap_os_mremap(old, old_len, new_len, flags, new_addr);
+		if (vmap_os_is_err(m) || (flags & MREMAP_DONTUNMAP))
+			return m;
+		/* The pages left the arena: fill the hole, then it is unmapped. */
+		vmap_os_mmap(old, ol, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		cut_mapped(r, &p, a, a + ol);
+		return m;
+	}
+	void *q = vmap_mmap(NULL, nl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (vmap_os_is_err(q))
+		return q;
+	size_t moved = ol < nl ? ol : nl;
+	void *m = vmap_os_mremap(old, moved, moved, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
+	if (vmap_os_is_err(m))
+		memcpy(q, old, moved); /* kernels without MREMAP_DONTUNMAP */
+	if (!(flags & MREMAP_DONTUNMAP)) {
+		struct piece cur = piece_at(r, a);
+		cut_mapped(r, &cur, a, a + ol);
+	} else if (vmap_os_is_err(m)) {
+		memset(old, 0, moved); /* DONTUNMAP: the old range reads zero */
+	}
+	return q;
+}

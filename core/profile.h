@@ -1,0 +1,95 @@
+/*
+ * profile.h — allocation sites (VMAPALLOC_PROFILE=1): who allocated what.
+ *
+ * The hooks in alloc.c are one predictable branch when the profile is off:
+ *
+ *     if (__builtin_expect(vmap_profile_on, 0))
+ *             vmap_profile_alloc(p, size, VMAP_PROFILE_KIND(p));
+ *
+ * and, when it is on, a per-thread byte countdown for small blocks (inline
+ * below) so that only one small allocation in about PROFILE_SAMPLE bytes
+ * leaves the fast path; every large block (and every mmap served from the
+ * arena) is recorded.  A free of a pointer that cannot have been recorded
+ * (outside the arena, and not in the filter of sampled small pointers) costs
+ * one load.
+ */
+#ifndef VMAP_PROFILE_H
+#define VMAP_PROFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fmt.h"
+#include "range.h"
+
+enum vmap_profile_kind {
+	VMAP_PROFILE_SMALL = 0, /* sampled: figures are estimates scaled by the sampling weight */
+	VMAP_PROFILE_LARGE = 1, /* a range-allocator block: every one is recorded */
+	VMAP_PROFILE_MMAP = 2,  /* a program mmap() served from the arena: every one */
+};
+
+/* The kind of a block just allocated by the malloc family. */
+#define VMAP_PROFILE_KIND(p) (vmap_range_owns(p) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL)
+
+/* Set once by vmap_profile_init() when VMAPALLOC_PROFILE=1 and the tables
+ * could be mapped; never cleared. */
+extern bool vmap_profile_on;
+
+struct vmap_profile_tls {
+	int64_t countdown; /* small-block bytes until the next sample */
+	uint64_t rng;      /* xorshift64* state, 0 until seeded */
+	uint32_t busy;     /* recursion guard: set while this thread records */
+};
+extern __thread struct vmap_profile_tls vmap_profile_tls;
+
+/* Filter of sampled small pointers: a counter per hash bucket (saturating);
+ * zero means "certainly not recorded". */
+#define VMAP_PROFILE_FILTER_BITS 16
+extern uint8_t vmap_profile_filter[1u << VMAP_PROFILE_FILTER_BITS];
+
+static inline unsigned vmap_profile_filter_slot(const void *p)
+{
+	return (unsigned)((((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull) >>
+			  (64 - VMAP_PROFILE_FILTER_BITS));
+}
+
+void vmap_profile_init(void);
+/* Out of line: the sample (backtrace, aggregation) and the forget. */
+void vmap_profile_record(void *p, size_t size, int kind);
+void vmap_profile_forget(void *p);
+
+/* After a successful allocation of size bytes at p. */
+static inline void vmap_profile_alloc(void *p, size_t size, int kind)
+{
+	if (kind == VMAP_PROFILE_SMALL &&
+	    (vmap_profile_tls.countdown -= (int64_t)size) > 0)
+		return;
+	vmap_profile_record(p, size, kind);
+}
+
+/* Before p is released (free, realloc, munmap of a whole served mapping). */
+static inline void vmap_profile_free(void *p)
+{
+	if (vmap_range_owns(p) || vmap_profile_filter[vmap_profile_filter_slot(p)])
+		vmap_profile_forget(p);
+}
+
+/*
+ * The site tables (top PROFILE_TOP by bytes, by count, still live) as text,
+ * or as JSON (the value of the report's "profile" member).  Frames are named
+ * with dladdr() and the objects' own symbol tables (.symtab, mapped read-only
+ * for the duration of the report): not for signal handlers.
+ */
+void vmap_profile_report(struct vmap_buf *b, int format);
+/* The same, async-signal-safe: raw addresses with object+offset
+ * (_dl_find_object), no lock, no dladdr. */
+void vmap_profile_report_in_signal(struct vmap_buf *b, int format);
+/* Resets every site's live peak to its live bytes (vmapalloc_reset_peaks). */
+void vmap_profile_reset_peaks(void);
+
+void vmap_profile_fork_prepare(void);
+void vmap_profile_fork_parent(void);
+void vmap_profile_fork_child(void);
+
+#endif

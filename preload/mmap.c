@@ -1,0 +1,83 @@
+/*
+ * mmap.c — the exported mmap family of libvmapalloc.so.  Each call enters
+ * the core (core/mmap.h) and turns its -errno into errno and the libc return
+ * convention (MAP_FAILED or -1).  mmap64 is the same function on LP64.
+ */
+/* Meson builds with _FILE_OFFSET_BITS=64, under which glibc's headers rename
+ * mmap to mmap64: both names are defined here, so the header must not. */
+#undef _FILE_OFFSET_BITS
+#include <errno.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+
+#include "alloc.h"
+#include "mmap.h"
+#include "os.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+static void *ptr_result(void *p)
+{
+	if (vmap_os_is_err(p)) {
+		errno = vmap_os_err(p);
+		return MAP_FAILED;
+	}
+	return p;
+}
+
+static int int_result(int rc)
+{
+	if (rc < 0) {
+		errno = -rc;
+		return -1;
+	}
+	return rc;
+}
+
+EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	vmap_init();
+	return ptr_result(vmap_mmap(addr, len, prot, flags, fd, off));
+}
+
+EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return mmap(addr, len, prot, flags, fd, off);
+}
+
+EXPORT int munmap(void *addr, size_t len)
+{
+	vmap_init();
+	return int_result(vmap_munmap(addr, len));
+}
+
+EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+	void *new_addr = NULL;
+	if (flags & MREMAP_FIXED) {
+		va_list ap;
+		va_start(ap, flags);
+		new_addr = va_arg(ap, void *);
+		va_end(ap);
+	}
+	vmap_init();
+	return ptr_result(vmap_mremap(old, old_len, new_len, flags, new_addr));
+}
+
+EXPORT int mprotect(void *addr, size_t len, int prot)
+{
+	vmap_init();
+	return int_result(vmap_mprotect(addr, len, prot));
+}
+
+EXPORT int madvise(void *addr, size_t len, int advice)
+{
+	vmap_init();
+	return int_result(vmap_madvise(addr, len, advice));
+}
+
+EXPORT int mincore(void *addr, size_t len, unsigned char *vec)
+{
+	vmap_init();
+	return int_result(vmap_mincore(addr, len, vec));
+}
