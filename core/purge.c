@@ -28,6 +28,7 @@
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
+#define MADV_GUARD_REMOVE 103
 #endif
 
 #include "counter.h"
@@ -150,6 +151,13 @@ static unsigned release(unsigned n, int advice)
 		else
 			iov[runs++] = (struct iovec){(void *)victims[i].a, len};
 		total += len;
+	}
+	if (vmap_range_guard_on()) {
+		/* Pooled areas carry a guard marker, which survives MADV_DONTNEED:
+		 * remove it first, or the page would fault when reused. */
+		for (unsigned i = 0; i < runs; i++)
+			vmap_os_madvise(iov[i].iov_base, iov[i].iov_len, MADV_GUARD_REMOVE);
+		calls += runs;
 	}
 	bool done = false;
 	if (vmap_batch_state >= 0 && runs > 1) {

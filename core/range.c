@@ -409,6 +409,22 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 	return al;
 }
 
+/* VMAPALLOC_GUARD=1: the guard page of every malloc area traps.  Installed
+ * when an area is carved, removed when its pages go back to the free runs
+ * (pools and thread caches keep areas whole, marker included). */
+static bool vmap_guard_on;
+
+static void guard_page(uintptr_t area, uint64_t pages, int advice)
+{
+	if (vmap_guard_on)
+		vmap_os_madvise((void *)(area + ((pages - 1) << VMAP_PAGE_SHIFT)), VMAP_PAGE, advice);
+}
+
+bool vmap_range_guard_on(void)
+{
+	return vmap_guard_on;
+}
+
 /* Makes lazily unmapped pages usable again (contents: stale). */
 void vmap_unprotect(uintptr_t a, uint64_t pages)
 {
@@ -579,8 +595,8 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 							 bool *zero, uint64_t tag)
 {
 	/* Shard lock held on entry, released on return. */
-	if (!big && !run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
-		pools_to_runs_locked(s);
+	if (!big && !vmap_guard_on && !run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
+		pools_to_runs_locked(s); /* (with guards, pooled areas carry markers: kept whole) */
 	for (int attempt = 0; attempt < 3; attempt++) {
 		unsigned state;
 		bool kind = big;
@@ -597,6 +613,8 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 				vmap_unguard(a, pages);
 			if (state == VMAP_RUN_PROTECTED)
 				vmap_unprotect(a, pages);
+			if (!tag)
+				guard_page(a, pages, MADV_GUARD_INSTALL);
 			if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED) {
 				vmap_stat_add_cpu(cpu, VMAP_STAT_run_hits, 1);
 				vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes,
@@ -753,6 +771,7 @@ void vmap_range_free(void *p, const char *who)
 	if (pages > vmap_pool_exact) {
 		/* Larger areas become a resident free run, merged with its free
 		 * neighbours, reusable by any size. */
+		guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE);
 		vmap_shard_lock(owner);
 		vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY, t & VMAP_TAG_BIG, now);
 		vmap_shard_unlock(owner);
@@ -761,7 +780,8 @@ void vmap_range_free(void *p, const char *who)
 		/* A pool holds a few areas of its size (16/8/4 like the thread
 		 * caches); more would sit unused when sizes vary, while in the
 		 * runs they merge and serve any size. */
-		if (owner->pool[pages].count < pool_cap(pages))
+		bool pooled = owner->pool[pages].count < pool_cap(pages) || vmap_guard_on;
+		if (pooled)
 			vmap_pool_push_locked(owner, e, (uintptr_t)p, now);
 		else
 			vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY,
@@ -838,6 +858,10 @@ bool vmap_range_resize(void *p, size_t size)
 		}
 	}
 	vmap_shard_unlock(s);
+	if (done && vmap_guard_on) {
+		guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE);
+		guard_page((uintptr_t)p, want, MADV_GUARD_INSTALL);
+	}
 	return done;
 }
 
@@ -864,8 +888,10 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	 * carved from a resident run may have stale bytes there, and the whole
 	 * old range is about to be declared zero.  q's usable part holds it,
 	 * since size > old_usable. */
-	size_t span = (size_t)pages << VMAP_PAGE_SHIFT;
+	size_t span = (size_t)(pages - vmap_guard_on) << VMAP_PAGE_SHIFT;
 	void *m = vmap_os_mremap(p, span, span, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
+	if (!vmap_os_is_err(m))
+		guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE); /* marker gone: reads zero */
 	if (vmap_os_is_err(m))
 		return q; /* caller copies and frees p */
 	/* p is now zero-filled address space: straight back to free space. */
@@ -942,6 +968,10 @@ int vmap_range_init(void)
 		vmap_guard_markers = vmap_os_madvise(probe, VMAP_PAGE, MADV_GUARD_INSTALL) == 0;
 		vmap_os_munmap(probe, VMAP_PAGE);
 	}
+	vmap_guard_on = vmap_opt.guard && vmap_guard_markers;
+	if (vmap_opt.guard && !vmap_guard_markers)
+		vmap_say("VMAPALLOC_GUARD=1 needs MADV_GUARD_INSTALL (Linux 6.13 or later); ",
+			 "guard gaps stay in place but do not trap", NULL);
 	return 0;
 }
 
