@@ -20,7 +20,9 @@
  *
  * Invariants:
  *  - A cached area's tag is CACHED (so a second free of it still aborts) and
- *    it is counted in cached_bytes; the cache holds no lock.
+ *    it is counted in thread_cached_bytes, not cached_bytes: the purge cannot
+ *    reach it, so it must not count against VMAPALLOC_LAZY_MAX (each thread's
+ *    share is bounded by VMAPALLOC_CACHE_BYTES instead).
  *  - After the thread's key destructor ran, the thread never caches again
  *    (glibc frees after destructors: those go straight to the shards).
  *
@@ -39,6 +41,8 @@ struct vmap_tcache {
 	struct vmap_tcache *next_free; /* on the recycle list */
 	uint64_t epoch;
 	uint64_t bytes;
+	uint64_t pops;     /* allocations served since the last full drain */
+	bool consumer;     /* frees but does not allocate: cache nothing */
 	uint16_t count[CACHE_MAX_PAGES + 1];
 	uintptr_t slot[]; /* per class: cap(class) entries at off(class) */
 };
@@ -111,9 +115,11 @@ static inline struct vmap_tcache *cache_get(void)
 static void drain_entries(uintptr_t *s, unsigned n, uint64_t now)
 {
 	struct vmap_shard *held = NULL;
+	int64_t bytes = 0;
 	for (unsigned i = 0; i < n; i++) {
 		struct vmap_region *r = vmap_region_of(s[i]);
 		struct vmap_pte *e = vmap_pte_of(r, s[i]);
+		bytes += (int64_t)(vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT);
 		struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(e->tag)];
 		if (owner != held) {
 			if (held)
@@ -125,6 +131,8 @@ static void drain_entries(uintptr_t *s, unsigned n, uint64_t now)
 	}
 	if (held)
 		vmap_shard_unlock(held);
+	vmap_stat_add_cpu(0, VMAP_STAT_thread_cached_bytes, -bytes);
+	vmap_stat_add_cpu(0, VMAP_STAT_cached_bytes, bytes);
 }
 
 static void drain_all(struct vmap_tcache *tc)
@@ -156,6 +164,8 @@ uintptr_t vmap_cache_pop(struct vmap_shard *s, uint64_t pages)
 	if (!tc)
 		return 0;
 	check_epoch(tc);
+	tc->pops++;
+	tc->consumer = false;
 	uintptr_t *slot = &tc->slot[cache_off[pages]];
 	if (!tc->count[pages]) {
 		/* Refill half the capacity from this shard's pool, one lock hold. */
@@ -163,7 +173,10 @@ uintptr_t vmap_cache_pop(struct vmap_shard *s, uint64_t pages)
 		vmap_shard_lock(s);
 		tc->count[pages] = (uint16_t)vmap_pool_pop_many_locked(s, (unsigned)pages, slot, want);
 		vmap_shard_unlock(s);
-		tc->bytes += (uint64_t)tc->count[pages] * (pages << VMAP_PAGE_SHIFT);
+		int64_t moved = (int64_t)tc->count[pages] * (int64_t)(pages << VMAP_PAGE_SHIFT);
+		tc->bytes += (uint64_t)moved;
+		vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes, -moved);
+		vmap_stat_add_cpu(s->id, VMAP_STAT_thread_cached_bytes, moved);
 		if (!tc->count[pages])
 			return 0;
 	}
@@ -178,7 +191,7 @@ bool vmap_cache_push(struct vmap_shard *here, struct vmap_shard *owner, uintptr_
 	if (pages > CACHE_MAX_PAGES || owner != here)
 		return false;
 	struct vmap_tcache *tc = cache_get();
-	if (!tc)
+	if (!tc || tc->consumer)
 		return false;
 	check_epoch(tc);
 	uint64_t bytes = pages << VMAP_PAGE_SHIFT;
@@ -186,7 +199,17 @@ bool vmap_cache_push(struct vmap_shard *here, struct vmap_shard *owner, uintptr_
 		return false;
 	uintptr_t *slot = &tc->slot[cache_off[pages]];
 	if (tc->count[pages] == cache_cap[pages]) {
-		/* Full: the older half goes back to the shards in one lock hold. */
+		/* Full: the older half goes back to the shards in one lock hold.
+		 * A thread that filled a slot without allocating anything since
+		 * the last time is a consumer (it frees what others allocate):
+		 * its frees go straight to the shards, where producers find them,
+		 * until it allocates again. */
+		if (!tc->pops) {
+			tc->consumer = true;
+			drain_all(tc);
+			return false;
+		}
+		tc->pops = 0;
 		unsigned half = cache_cap[pages] / 2;
 		drain_entries(slot, half, now);
 		for (unsigned i = half; i < cache_cap[pages]; i++)

@@ -251,13 +251,24 @@ static size_t purge(enum purge_mode mode, uint64_t now)
 	return bytes;
 }
 
+/* After a pressure purge that found nothing to release (what is cached sits
+ * in thread caches, out of its reach), wait for the cache to grow by another
+ * eighth of the limit before trying again, instead of on every free. */
+static int64_t vmap_purge_futile_at = -1;
+
 void vmap_purge_maybe(uint64_t now)
 {
 	int64_t cached = vmap_stat_read_approx(VMAP_STAT_cached_bytes);
 	if ((uint64_t)cached > vmap_lazy_max) {
-		purge(PURGE_PRESSURE, now);
+		int64_t futile = __atomic_load_n(&vmap_purge_futile_at, __ATOMIC_RELAXED);
+		if (futile >= 0 && cached < futile + (int64_t)(vmap_lazy_max / 8))
+			return;
+		size_t released = purge(PURGE_PRESSURE, now);
+		__atomic_store_n(&vmap_purge_futile_at, released ? -1 : cached, __ATOMIC_RELAXED);
 		return;
 	}
+	if (__atomic_load_n(&vmap_purge_futile_at, __ATOMIC_RELAXED) >= 0)
+		__atomic_store_n(&vmap_purge_futile_at, -1, __ATOMIC_RELAXED);
 	if (vmap_opt.purge_delay_ms && cached > 0 &&
 	    now >= __atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED)) {
 		if (__atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED) == 0) {

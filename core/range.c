@@ -656,9 +656,10 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	struct vmap_shard *s = vmap_shard_here(&cpu);
 	void *p;
 	uintptr_t a = 0;
+	enum vmap_stat from = VMAP_STAT_cached_bytes;
 	if (pages <= vmap_pool_exact) {
-		if (align == natural)
-			a = vmap_cache_pop(s, pages);
+		if (align == natural && (a = vmap_cache_pop(s, pages)))
+			from = VMAP_STAT_thread_cached_bytes;
 		if (!a && s->pool[pages].count) {
 			/* Aligned requests take the pool head only if it happens to
 			 * be aligned (the kernel's vmap pools do the same). */
@@ -676,7 +677,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 		publish_live(e, vmap_tag_shard(e->tag), pages, big);
 		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_hits, 1);
-		vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)(pages << VMAP_PAGE_SHIFT));
+		vmap_stat_add_cpu(cpu, from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
 		*zero = false;
 		p = (void *)a;
 	} else {
@@ -747,6 +748,7 @@ void vmap_range_free(void *p, const char *who)
 	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
 	uint64_t now = vmap_os_now_ns();
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
+	enum vmap_stat cached_stat = VMAP_STAT_cached_bytes;
 	if (__builtin_expect(t & VMAP_TAG_ATTR, 0)) {
 		/* The program changed this block's protection or advice (a guard
 		 * page under a thread stack, MADV_DONTFORK...): a fresh mapping over
@@ -775,7 +777,10 @@ void vmap_range_free(void *p, const char *who)
 		vmap_shard_lock(owner);
 		vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY, t & VMAP_TAG_BIG, now);
 		vmap_shard_unlock(owner);
-	} else if (!vmap_cache_push(here, owner, (uintptr_t)p, pages, now)) {
+	} else if (vmap_cache_push(here, owner, (uintptr_t)p, pages, now)) {
+		/* In this thread's cache: outside the purge's reach and budget. */
+		cached_stat = VMAP_STAT_thread_cached_bytes;
+	} else {
 		vmap_shard_lock(owner);
 		/* A pool holds a few areas of its size (16/8/4 like the thread
 		 * caches); more would sit unused when sizes vary, while in the
@@ -791,7 +796,7 @@ void vmap_range_free(void *p, const char *who)
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
-	vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, bytes);
+	vmap_stat_add_cpu(cpu, cached_stat, bytes);
 #ifdef VMAP_DEBUG
 	if (!vmap_counter_is_percpu()) /* the model walk is for one thread only */
 		vmap_range_check();
