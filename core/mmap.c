@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include "alloc.h"
 #include "counter.h"
@@ -55,6 +56,9 @@
 #endif
 
 #define SERVED_MAX ((size_t)1 << 36) /* 64 GiB: larger requests go to the kernel */
+/* Ranges ending above the user address space are the kernel's EINVAL
+ * (x86-64 and arm64 with 4-level tables: 128 TiB). */
+#define TASK_TOP (((uintptr_t)1 << 47) - VMAP_PAGE)
 
 static inline void count(enum vmap_stat s, int64_t d)
 {
@@ -79,7 +83,8 @@ static void refuse(const char *call, uintptr_t a)
 enum piece_kind {
 	PIECE_MAPPED,  /* a live served mapping: the program's */
 	PIECE_FOREIGN, /* the program's own MAP_FIXED mapping over arena pages */
-	PIECE_MALLOC,  /* a live malloc block, or an area vmapalloc holds (pools, purge) */
+	PIECE_MALLOC,  /* a live malloc block */
+	PIECE_CACHED,  /* a freed block vmapalloc holds (pools, caches, a purge) */
 	PIECE_HOLE,    /* free arena space: unmapped from the program's point of view */
 };
 
@@ -129,7 +134,7 @@ static struct piece piece_at(struct vmap_region *r, uintptr_t a)
 		p.kind = PIECE_HOLE;
 		break;
 	default:
-		p.kind = PIECE_MALLOC; /* CACHED / PURGING: vmapalloc's */
+		p.kind = PIECE_CACHED; /* CACHED / PURGING: vmapalloc's */
 		break;
 	}
 	return p;
@@ -177,12 +182,27 @@ static int find_malloc(struct vmap_region *r, struct piece *p, uintptr_t a, uint
 	return r && p->kind == PIECE_MALLOC ? 1 : 0;
 }
 
-static int find_hole(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+static int find_cached(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
 {
 	(void)a;
 	(void)e;
 	(void)arg;
-	return r && p->kind == PIECE_HOLE ? 1 : 0;
+	return r && p->kind == PIECE_CACHED ? 1 : 0;
+}
+
+/*
+ * Freed blocks that vmapalloc keeps for reuse are free address space from
+ * the program's point of view: before a MAP_FIXED-like call takes [a, e),
+ * this thread's cache and the shards' pools are flushed into free runs so
+ * that the range can be carved.  (Other threads' caches are out of reach;
+ * a range still holding some of their blocks is refused.)
+ */
+static bool release_cached(uintptr_t a, uintptr_t e)
+{
+	if (!walk(a, e, find_cached, NULL))
+		return true;
+	vmap_range_flush_cached();
+	return !walk(a, e, find_cached, NULL);
 }
 
 static int find_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
@@ -279,6 +299,9 @@ static int cut_foreign(struct vmap_region *r, struct piece *p, uintptr_t a, uint
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 	if (vmap_os_is_err(m))
 		return 0; /* a hole in the arena: it stays foreign (never reused) */
+	/* The placeholder must fault like the unmapped memory it stands for. */
+	if (make_unmapped(a, e, false))
+		return 0; /* cannot: keep it foreign, never handed out */
 	uint64_t t = p->tag;
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
 	vmap_shard_lock(s);
@@ -289,7 +312,8 @@ static int cut_foreign(struct vmap_region *r, struct piece *p, uintptr_t a, uint
 	if (right)
 		__atomic_store_n(&vmap_pte_of(r, e)->tag,
 				 vmap_tag_make(VMAP_ST_FOREIGN, s->id, right, keep), __ATOMIC_RELEASE);
-	vmap_free_insert_locked(s, a, (e - a) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, t & VMAP_TAG_BIG, 0);
+	vmap_free_insert_locked(s, a, (e - a) >> VMAP_PAGE_SHIFT, VMAP_RUN_GUARDED, t & VMAP_TAG_BIG,
+				0);
 	vmap_shard_unlock(s);
 	return 0;
 }
@@ -323,8 +347,9 @@ int vmap_munmap(void *addr, size_t len)
 		return vmap_os_munmap(addr, len);
 	if ((a & (VMAP_PAGE - 1)) || len == 0)
 		return -EINVAL;
-	uintptr_t e = a + ((len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1));
-	if (e < a)
+	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	uintptr_t e = a + rounded;
+	if (!rounded || e <= a || e > TASK_TOP)
 		return -EINVAL;
 	if (vmap_range_is_metadata(a, e)) {
 		refuse("munmap", a);
@@ -406,15 +431,26 @@ static int take_hole(struct vmap_region *r, struct piece *p, uintptr_t a, uintpt
 /* MAP_FIXED, MAP_FIXED_NOREPLACE or a hint aimed at the arena. */
 static void *map_into_arena(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	uintptr_t a = (uintptr_t)addr, e = a + ((len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1));
 	bool fixed = flags & MAP_FIXED, noreplace = flags & MAP_FIXED_NOREPLACE;
+	uintptr_t a = (uintptr_t)addr;
+	if (a & (VMAP_PAGE - 1)) {
+		if (fixed || noreplace)
+			return (void *)(intptr_t)-EINVAL;
+		a &= ~(uintptr_t)(VMAP_PAGE - 1); /* the kernel rounds a hint down */
+		addr = (void *)a;
+	}
+	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	uintptr_t e = a + rounded;
+	if (!rounded || e <= a || e > TASK_TOP)
+		return vmap_os_mmap(addr, len, prot, flags, fd, off); /* the kernel's error */
 	if (!fixed && !noreplace) {
 		/* A hint: honoured when the range is free, else the kernel picks. */
-		if ((a & (VMAP_PAGE - 1)) || walk(a, e, find_mapped, NULL) ||
-		    walk(a, e, find_malloc, NULL) || vmap_range_is_metadata(a, e))
+		if (walk(a, e, find_mapped, NULL) || walk(a, e, find_malloc, NULL) ||
+		    vmap_range_is_metadata(a, e) || !release_cached(a, e))
 			return vmap_os_mmap(NULL, len, prot, flags, fd, off);
 		flags |= MAP_FIXED;
-	} else if (walk(a, e, find_malloc, NULL) || vmap_range_is_metadata(a, e)) {
+	} else if (walk(a, e, find_malloc, NULL) || vmap_range_is_metadata(a, e) ||
+		   !release_cached(a, e)) {
 		refuse(noreplace ? "mmap(MAP_FIXED_NOREPLACE)" : "mmap(MAP_FIXED)", a);
 		return (void *)(intptr_t)-EINVAL;
 	} else if (noreplace) {
@@ -479,28 +515,73 @@ void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 
 /* ---- mprotect, madvise, mincore -------------------------------------------- */
 
-static int mark_attr(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+/*
+ * mprotect, madvise, mincore, mlock and munlock over a range that touches the
+ * arena: the kernel sees one big read-write mapping there, so vmapalloc walks
+ * the range itself and gives each piece the program has mapped to the kernel,
+ * in order, as the kernel would walk its VMAs.  At a hole (pages the program
+ * unmapped, or never got) mprotect, mlock, munlock and mincore stop with
+ * ENOMEM, having changed what came before; madvise carries on and returns
+ * ENOMEM at the end.  A live block whose protection, advice or locking the
+ * program changed is flagged, to be reset before reuse.
+ */
+enum range_op { OP_MPROTECT, OP_MADVISE, OP_MINCORE, OP_MLOCK, OP_MUNLOCK, OP_MLOCK2 };
+
+struct apply {
+	enum range_op op;
+	long arg;
+	unsigned char *vec;
+	uintptr_t start;
+	bool attr, hole;
+	int rc;
+};
+
+static int kernel_op(struct apply *ap, uintptr_t a, size_t len)
 {
-	(void)a;
-	(void)e;
-	(void)arg;
-	if (r && vmap_tag_state(p->tag) == VMAP_ST_LIVE && !(p->tag & VMAP_TAG_ATTR))
+	switch (ap->op) {
+	case OP_MPROTECT: return vmap_os_mprotect((void *)a, len, (int)ap->arg);
+	case OP_MADVISE: return vmap_os_madvise((void *)a, len, (int)ap->arg);
+	case OP_MINCORE:
+		return vmap_os_mincore((void *)a, len, ap->vec + ((a - ap->start) >> VMAP_PAGE_SHIFT));
+	case OP_MLOCK: return (int)vmap_os_syscall6(SYS_mlock, (long)a, (long)len, 0, 0, 0, 0);
+	case OP_MUNLOCK: return (int)vmap_os_syscall6(SYS_munlock, (long)a, (long)len, 0, 0, 0, 0);
+	case OP_MLOCK2:
+		return (int)vmap_os_syscall6(SYS_mlock2, (long)a, (long)len, ap->arg, 0, 0, 0);
+	}
+	return -EINVAL;
+}
+
+static int apply_piece(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	struct apply *ap = arg;
+	if (r && p->kind == PIECE_HOLE) {
+		ap->hole = true;
+		return ap->op == OP_MADVISE ? 0 : 1;
+	}
+	if (r && ap->attr && vmap_tag_state(p->tag) == VMAP_ST_LIVE && !(p->tag & VMAP_TAG_ATTR))
 		__atomic_fetch_or(&vmap_pte_of(r, p->head)->tag, VMAP_TAG_ATTR, __ATOMIC_RELAXED);
+	int rc = kernel_op(ap, a, e - a);
+	if (rc) {
+		ap->rc = rc;
+		return ap->op == OP_MADVISE && rc == -ENOMEM ? 0 : 1;
+	}
 	return 0;
 }
 
-/* For calls that must see mapped memory: ENOMEM if [a, a+len) has arena
- * pages the program does not have mapped.  0 means: pass it to the kernel. */
-static int check_mapped(uintptr_t a, size_t len, bool attr)
+static int range_op(enum range_op op, void *addr, size_t len, long arg, unsigned char *vec,
+		    bool attr)
 {
-	uintptr_t e = a + ((len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1));
-	if (!vmap_opt.mmap || !overlaps_arena(a, e) || (a & (VMAP_PAGE - 1)))
-		return 0;
-	if (walk(a, e, find_hole, NULL))
-		return -ENOMEM;
-	if (attr)
-		walk(a, e, mark_attr, NULL);
-	return 0;
+	uintptr_t a = (uintptr_t)addr;
+	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	uintptr_t e = a + rounded;
+	struct apply ap = {op, arg, vec, a, attr, false, 0};
+	if (!vmap_opt.mmap || (a & (VMAP_PAGE - 1)) || !rounded || e <= a || e > TASK_TOP ||
+	    !overlaps_arena(a, e))
+		return kernel_op(&ap, a, len);
+	walk(a, e, apply_piece, &ap);
+	if (ap.rc)
+		return ap.rc;
+	return ap.hole ? -ENOMEM : 0;
 }
 
 static bool advice_changes_vma(int advice)
@@ -521,20 +602,32 @@ static bool advice_changes_vma(int advice)
 
 int vmap_mprotect(void *addr, size_t len, int prot)
 {
-	int rc = check_mapped((uintptr_t)addr, len, true);
-	return rc ? rc : vmap_os_mprotect(addr, len, prot);
+	return range_op(OP_MPROTECT, addr, len, prot, NULL, true);
 }
 
 int vmap_madvise(void *addr, size_t len, int advice)
 {
-	int rc = check_mapped((uintptr_t)addr, len, advice_changes_vma(advice));
-	return rc ? rc : vmap_os_madvise(addr, len, advice);
+	return range_op(OP_MADVISE, addr, len, advice, NULL, advice_changes_vma(advice));
 }
 
 int vmap_mincore(void *addr, size_t len, unsigned char *vec)
 {
-	int rc = check_mapped((uintptr_t)addr, len, false);
-	return rc ? rc : vmap_os_mincore(addr, len, vec);
+	return range_op(OP_MINCORE, addr, len, 0, vec, false);
+}
+
+int vmap_mlock(const void *addr, size_t len, unsigned flags, bool two)
+{
+	/* mlock works on the pages containing [addr, addr+len): align down. */
+	uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(VMAP_PAGE - 1);
+	len += (uintptr_t)addr - a;
+	return range_op(two ? OP_MLOCK2 : OP_MLOCK, (void *)a, len, flags, NULL, true);
+}
+
+int vmap_munlock(const void *addr, size_t len)
+{
+	uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(VMAP_PAGE - 1);
+	len += (uintptr_t)addr - a;
+	return range_op(OP_MUNLOCK, (void *)a, len, 0, NULL, false);
 }
 
 /* ---- mremap ------------------------------------------------------------------ */
@@ -585,19 +678,57 @@ static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra
 	return true;
 }
 
+/*
+ * MREMAP_FIXED to a destination in the arena: like MAP_FIXED there — the
+ * program's own mappings in the way are unmapped, the pages are carved out of
+ * free space and handed to the kernel, which moves the old pages in.  A
+ * destination over a live malloc block or metadata is refused.
+ */
+static int claim_destination(uintptr_t d, size_t nl)
+{
+	uintptr_t de = d + nl;
+	if (!overlaps_arena(d, de))
+		return 0;
+	if (walk(d, de, find_malloc, NULL) || vmap_range_is_metadata(d, de) ||
+	    !release_cached(d, de)) {
+		refuse("mremap(MREMAP_FIXED)", d);
+		return -EINVAL;
+	}
+	bool any = false;
+	int rc = walk(d, de, unmap_piece, &any);
+	if (rc)
+		return rc;
+	return walk(d, de, take_hole, NULL) ? -ENOMEM : 0;
+}
+
+static void *remap_fixed(struct vmap_region *r, struct piece *p, void *old, size_t old_len,
+			 size_t new_len, int flags, void *new_addr, size_t ol, size_t nl)
+{
+	uintptr_t a = (uintptr_t)old, d = (uintptr_t)new_addr;
+	int rc = claim_destination(d, nl);
+	if (rc)
+		return (void *)(intptr_t)rc;
+	void *m = vmap_os_mremap(old, old_len, new_len, flags, new_addr);
+	if (vmap_os_is_err(m)) {
+		bool any = false;
+		if (overlaps_arena(d, d + nl))
+			walk(d, d + nl, unmap_piece, &any); /* give the destination back */
+		return m;
+	}
+	if (r && !(flags & MREMAP_DONTUNMAP) && p->kind == PIECE_MAPPED) {
+		/* The pages left this place: fill the hole, then it is unmapped. */
+		vmap_os_mmap(old, ol, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		struct piece cur = piece_at(r, a);
+		cut_mapped(r, &cur, a, a + ol);
+	}
+	return m;
+}
+
 void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
 {
-	uintptr_t a = (uintptr_t)old;
-	if (!vmap_opt.mmap || !vmap_range_enabled() || !overlaps_arena(a, a + 1)) {
-		if ((flags & MREMAP_FIXED) && overlaps_arena((uintptr_t)new_addr,
-							     (uintptr_t)new_addr + new_len)) {
-			refuse("mremap(MREMAP_FIXED into the arena)", (uintptr_t)new_addr);
-			return (void *)(intptr_t)-EINVAL;
-		}
-		return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
-	}
-	struct vmap_region *r = vmap_region_of(a);
-	if (!r)
+	uintptr_t a = (uintptr_t)old, d = (uintptr_t)new_addr;
+	if (!vmap_opt.mmap || !vmap_range_enabled())
 		return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
 	/* The kernel's argument checks, in its order. */
 	if (flags & ~(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP))
@@ -610,22 +741,36 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 		return (void *)(intptr_t)-EINVAL;
 	size_t ol = (old_len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	size_t nl = (new_len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
-	if (!nl || nl < new_len)
+	if (!nl || nl < new_len || nl > TASK_TOP)
 		return (void *)(intptr_t)-EINVAL;
+	if (flags & MREMAP_FIXED) {
+		if ((d & (VMAP_PAGE - 1)) || d + nl > TASK_TOP || d + nl < d)
+			return (void *)(intptr_t)-EINVAL;
+		if (d < a + ol && a < d + nl)
+			return (void *)(intptr_t)-EINVAL; /* old and new overlap */
+	}
+	struct vmap_region *r = overlaps_arena(a, a + 1) ? vmap_region_of(a) : NULL;
+	if (!r) {
+		/* Not ours; the destination may be. */
+		if ((flags & MREMAP_FIXED) && overlaps_arena(d, d + nl))
+			return remap_fixed(NULL, NULL, old, old_len, new_len, flags, new_addr, ol, nl);
+		return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
+	}
 	struct piece p = piece_at(r, a);
 	if (p.kind == PIECE_MALLOC) {
 		refuse("mremap", a);
 		return (void *)(intptr_t)-EINVAL;
 	}
-	if (p.kind == PIECE_HOLE)
+	if (p.kind == PIECE_HOLE || p.kind == PIECE_CACHED)
 		return (void *)(intptr_t)-EFAULT;
 	if (!ol)
 		return (void *)(intptr_t)-EINVAL; /* old_len 0 duplicates shared mappings only */
 	if (a + ol > p.end)
 		return (void *)(intptr_t)-EFAULT; /* the old range spans more than one mapping */
 	if (p.kind == PIECE_FOREIGN) {
-		void *m = vmap_os_mremap(old, old_len, new_len, flags, new_addr);
-		return m; /* the program's own mapping: the kernel's semantics, holes stay foreign */
+		if (flags & MREMAP_FIXED)
+			return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
+		return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
 	}
 	count(VMAP_STAT_mremap_calls, 1);
 	if (!(flags & MREMAP_FIXED) && !(flags & MREMAP_DONTUNMAP)) {
@@ -635,6 +780,10 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 			int rc = cut_mapped(r, &p, a + nl, a + ol);
 			return rc ? (void *)(intptr_t)rc : old;
 		}
+		/* Known difference: where the program split the mapping with
+		 * mprotect, the kernel refuses to resize across the split (EFAULT);
+		 * vmapalloc cannot tell its own VMA boundaries (moved pages) from
+		 * the program's, and resizes. */
 		if (a + ol == p.end && grow_in_place(r, &p, (nl - ol) >> VMAP_PAGE_SHIFT))
 			return old;
 		if (!(flags & MREMAP_MAYMOVE))
@@ -642,21 +791,8 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	}
 	/* Move.  The destination: the program's address (outside the arena: the
 	 * kernel's), or a new served mapping. */
-	if (flags & MREMAP_FIXED) {
-		uintptr_t d = (uintptr_t)new_addr;
-		if (overlaps_arena(d, d + nl)) {
-			refuse("mremap(MREMAP_FIXED into the arena)", d);
-			return (void *)(intptr_t)-EINVAL;
-		}
-		void *m = vmap_os_mremap(old, old_len, new_len, flags, new_addr);
-		if (vmap_os_is_err(m) || (flags & MREMAP_DONTUNMAP))
-			return m;
-		/* The pages left the arena: fill the hole, then it is unmapped. */
-		vmap_os_mmap(old, ol, PROT_READ | PROT_WRITE,
-			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-		cut_mapped(r, &p, a, a + ol);
-		return m;
-	}
+	if (flags & MREMAP_FIXED)
+		return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
 	void *q = vmap_mmap(NULL, nl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (vmap_os_is_err(q))
 		return q;

@@ -5,6 +5,7 @@
 #ifndef VMAP_MMAP_H
 #define VMAP_MMAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -14,5 +15,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 int vmap_mprotect(void *addr, size_t len, int prot);
 int vmap_madvise(void *addr, size_t len, int advice);
 int vmap_mincore(void *addr, size_t len, unsigned char *vec);
+int vmap_mlock(const void *addr, size_t len, unsigned flags, bool two);
+int vmap_munlock(const void *addr, size_t len);
 
 #endif

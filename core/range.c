@@ -980,6 +980,16 @@ int vmap_range_init(void)
 	return 0;
 }
 
+void vmap_range_flush_cached(void)
+{
+	vmap_cache_trim();
+	for (unsigned i = 0; i < vmap_nshards; i++) {
+		vmap_shard_lock(&vmap_shards[i]);
+		pools_to_runs_locked(&vmap_shards[i]);
+		vmap_shard_unlock(&vmap_shards[i]);
+	}
+}
+
 bool vmap_range_is_metadata(uintptr_t a, uintptr_t e)
 {
 	for (unsigned i = 0; i < vmap_nregions; i++) {

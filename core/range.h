@@ -228,6 +228,8 @@ void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu, uint64_t pages, bool 
 		       bool *zero, uint64_t tag);
 bool vmap_range_is_metadata(uintptr_t a, uintptr_t e);
 bool vmap_range_guard_on(void);
+/* Drains this thread's cache and every shard's pools into free runs. */
+void vmap_range_flush_cached(void);
 /* Claims the unclaimed chunk holding a for shard s, as zero free space. */
 bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s);
 void vmap_purge_fork_prepare(void);

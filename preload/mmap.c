@@ -81,3 +81,21 @@ EXPORT int mincore(void *addr, size_t len, unsigned char *vec)
 	vmap_init();
 	return int_result(vmap_mincore(addr, len, vec));
 }
+
+EXPORT int mlock(const void *addr, size_t len)
+{
+	vmap_init();
+	return int_result(vmap_mlock(addr, len, 0, false));
+}
+
+EXPORT int mlock2(const void *addr, size_t len, unsigned int flags)
+{
+	vmap_init();
+	return int_result(vmap_mlock(addr, len, flags, true));
+}
+
+EXPORT int munlock(const void *addr, size_t len)
+{
+	vmap_init();
+	return int_result(vmap_munlock(addr, len));
+}
