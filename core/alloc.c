@@ -37,6 +37,7 @@
 #include "counter.h"
 #include "fmt.h"
 #include "options.h"
+#include "profile.h"
 #include "range.h"
 #include "stats.h"
 
@@ -59,6 +60,7 @@ static void thread_exit(void *arg)
 	(void)arg;
 	vmap_counter_flush_local();
 	vmap_cache_thread_exit();
+	vmap_profile_thread_exit();
 }
 
 #define SMALL_ALIGN 16 /* alignof(max_align_t) */
@@ -143,8 +145,8 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
 			 "large allocations go to glibc", NULL);
 	vmap_main_pid = vmap_os_getpid();
-	if (vmap_opt.stats[0] == '1' && vmap_opt.stats[1] == '\0')
-		vmap_stats_keep_stderr();
+	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
+	vmap_profile_init();
 	if (vmap_opt.verbose)
 		vmap_options_print(2, true);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -230,6 +232,8 @@ void *vmap_malloc(size_t size)
 	}
 	if (!p)
 		errno = ENOMEM;
+	else if (__builtin_expect(vmap_profile_on, 0))
+		vmap_profile_alloc(p, size, is_large(size) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL);
 	return p;
 }
 
@@ -241,7 +245,10 @@ void vmap_free(void *p)
 	/* errno survives: the range path makes only raw system calls, which
 	 * never touch it, and glibc's free preserves it (since 2.33). */
 	count(VMAP_STAT_free_calls);
-	if (vmap_range_owns(p)) {
+	bool owned = vmap_range_owns(p);
+	if (__builtin_expect(vmap_profile_on, 0))
+		vmap_profile_free_known(p, owned);
+	if (owned) {
 		vmap_range_free(p, "free");
 	} else {
 		count(VMAP_STAT_small_frees);
@@ -263,6 +270,8 @@ void *vmap_calloc(size_t n, size_t size)
 		void *p = vmap_libc.calloc ? vmap_libc.calloc(n, size) : NULL;
 		if (!p)
 			errno = ENOMEM;
+		else if (__builtin_expect(vmap_profile_on, 0))
+			vmap_profile_alloc(p, total, VMAP_PROFILE_SMALL);
 		return p;
 	}
 	bool zero;
@@ -275,6 +284,8 @@ void *vmap_calloc(size_t n, size_t size)
 		count(VMAP_STAT_calloc_zero_skipped);
 	else
 		memset(p, 0, total);
+	if (__builtin_expect(vmap_profile_on, 0))
+		vmap_profile_alloc(p, total, VMAP_PROFILE_LARGE);
 	return p;
 }
 
@@ -317,6 +328,8 @@ void *vmap_realloc(void *p, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (__builtin_expect(vmap_profile_on, 0))
+		vmap_profile_free(p); /* before it can move and its address be reused */
 	void *q;
 	if (!vmap_range_owns(p)) {
 		/* glibc's block: glibc resizes it while it stays small. */
@@ -349,6 +362,8 @@ void *vmap_realloc(void *p, size_t size)
 	}
 	if (!q)
 		errno = ENOMEM;
+	else if (__builtin_expect(vmap_profile_on, 0))
+		vmap_profile_alloc(q, size, is_large(size) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL);
 	return q;
 }
 
@@ -386,6 +401,8 @@ static void *aligned(size_t align, size_t size)
 	}
 	if (!p)
 		errno = ENOMEM;
+	else if (__builtin_expect(vmap_profile_on, 0))
+		vmap_profile_alloc(p, size, VMAP_PROFILE_KIND(p));
 	return p;
 }
 
@@ -514,10 +531,12 @@ static void fork_prepare(void)
 	vmap_purge_fork_prepare();
 	vmap_range_fork_prepare();
 	vmap_cache_fork_prepare();
+	vmap_profile_fork_prepare();
 }
 
 static void fork_parent(void)
 {
+	vmap_profile_fork_parent();
 	vmap_cache_fork_parent();
 	vmap_range_fork_parent();
 	vmap_purge_fork_parent();
@@ -525,6 +544,8 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+	vmap_profile_fork_child();
+	vmap_stats_fork_child(); /* the child's report is labelled with its parent */
 	vmap_cache_fork_child();
 	vmap_range_fork_child();
 	vmap_purge_fork_child();
@@ -534,6 +555,5 @@ void vmap_at_exit(void)
 {
 	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
 		return;
-	if (vmap_opt.stats[0])
-		vmap_stats_at_exit(vmap_main_pid);
+	vmap_stats_at_exit(); /* if VMAPALLOC_STATS or VMAPALLOC_PROFILE is set */
 }

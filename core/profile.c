@@ -12,7 +12,8 @@
  * Backtraces: libunwind's unw_backtrace() (its x86_64 fast path caches frame
  * descriptions per thread: ~100 ns for any depth here), or, without libunwind,
  * a frame-pointer walk whose every read is checked (process_vm_readv), which
- * only sees code built with frame pointers.  Frames inside libvmapalloc.so
+ * only sees code built with frame pointers — vmapalloc's own included, so
+ * usually only the program's call site is known then.  Frames inside libvmapalloc.so
  * itself are dropped.  The capture runs with no allocator lock held; a
  * per-thread guard (initial-exec TLS) makes whatever libunwind does inside
  * (mmap of its caches, pthread_setspecific) unprofiled rather than recursive.
@@ -59,9 +60,11 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "counter.h"
 #include "lock.h"
@@ -106,7 +109,7 @@ struct live_entry {
 #define KEY_TOMB 1
 
 struct stripe {
-	struct vmap_lock lock;
+	uint32_t lock; /* a spinlock: one atomic to take, a store to release */
 	uint32_t cap, used, tombs; /* used counts live entries */
 	struct live_entry *e;
 } __attribute__((aligned(64)));
@@ -123,6 +126,7 @@ static struct stripe stripes[STRIPES];
 static uint64_t mean_bytes;
 static uint64_t profile_mapped; /* bytes of our tables, for the report */
 static uintptr_t self_lo, self_hi; /* libvmapalloc.so's own code: frames to drop */
+static char program[256];          /* argv[0] at init */
 static int self_known;
 
 static void *map_zeroed(size_t len)
@@ -139,6 +143,12 @@ void vmap_profile_init(void)
 {
 	if (!vmap_opt.profile || vmap_profile_on)
 		return;
+	int fd = vmap_os_open("/proc/self/cmdline", O_RDONLY, 0);
+	if (fd >= 0) {
+		long n = vmap_os_read(fd, program, sizeof program - 1);
+		vmap_os_close(fd);
+		program[n > 0 ? n : 0] = '\0';
+	}
 	sites = map_zeroed(SITE_MAX * sizeof *sites);
 	site_index = map_zeroed(SITE_INDEX * sizeof *site_index);
 	if (!sites || !site_index) {
@@ -271,7 +281,9 @@ static int fp_walk(void **out, int max)
 }
 #endif
 
-__attribute__((noinline)) static unsigned capture(uintptr_t *out)
+/* The stack from the program's call site outward; ra is that call site when
+ * the entry point knew it (see vmap_profile_record). */
+__attribute__((noinline)) static unsigned capture(uintptr_t *out, uintptr_t ra)
 {
 	void *raw[CAPTURE];
 	if (!__atomic_load_n(&self_known, __ATOMIC_ACQUIRE)) {
@@ -289,6 +301,15 @@ __attribute__((noinline)) static unsigned capture(uintptr_t *out)
 	unsigned k = 0;
 	for (; i < n && k < DEPTH; i++)
 		out[k++] = (uintptr_t)raw[i];
+#ifndef VMAP_HAVE_LIBUNWIND
+	/* vmapalloc's own frames have no frame pointers unless it was built
+	 * with them: then the walk stops inside them, and the call site the
+	 * entry point saw is the one frame known. */
+	if (!k && ra && ra - self_lo >= self_hi - self_lo)
+		out[k++] = ra;
+#else
+	(void)ra;
+#endif
 	return k;
 }
 
@@ -350,27 +371,101 @@ static uint32_t site_get(const uintptr_t *f, unsigned n, int kind)
 	return id;
 }
 
-static void site_add(struct vmap_site *s, int64_t bytes, int64_t count)
+/*
+ * Per-thread batch of one site's deltas: a loop that allocates and frees at
+ * one site changes the shared record (atomically) once per BATCH updates
+ * instead of six atomic operations per block.  Flushed when the thread moves
+ * to another site, at BATCH updates, at thread exit, and by the reporting
+ * thread before it reads; a thread still running when the report is written
+ * may hold up to BATCH - 1 updates of one site (the report says "approximate"
+ * when other threads run).  The live peak is the site's live bytes before the
+ * flush plus the highest running total within the batch: exact for one
+ * thread, approximate when several update one site at once.
+ */
+#define BATCH 64
+
+struct batch {
+	uint32_t site1; /* site + 1; 0: empty */
+	uint32_t n;
+	int64_t bytes, count, live_bytes, live_count, live_max, samples;
+};
+static __thread struct batch vmap_profile_batch;
+
+static void batch_flush(struct batch *bt)
 {
-	__atomic_add_fetch(&s->bytes, bytes, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&s->count, count, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&s->live_count, count, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&s->samples, 1, __ATOMIC_RELAXED);
-	int64_t live = __atomic_add_fetch(&s->live_bytes, bytes, __ATOMIC_RELAXED);
+	if (!bt->site1)
+		return;
+	struct vmap_site *s = &sites[bt->site1 - 1];
+	if (bt->bytes)
+		__atomic_add_fetch(&s->bytes, bt->bytes, __ATOMIC_RELAXED);
+	if (bt->count)
+		__atomic_add_fetch(&s->count, bt->count, __ATOMIC_RELAXED);
+	if (bt->samples)
+		__atomic_add_fetch(&s->samples, bt->samples, __ATOMIC_RELAXED);
+	if (bt->live_count)
+		__atomic_add_fetch(&s->live_count, bt->live_count, __ATOMIC_RELAXED);
+	int64_t after = bt->live_bytes ? __atomic_add_fetch(&s->live_bytes, bt->live_bytes,
+							    __ATOMIC_RELAXED)
+				       : __atomic_load_n(&s->live_bytes, __ATOMIC_RELAXED);
+	int64_t cand = after - bt->live_bytes + bt->live_max;
 	int64_t peak = __atomic_load_n(&s->live_peak, __ATOMIC_RELAXED);
-	while (live > peak && !__atomic_compare_exchange_n(&s->live_peak, &peak, live, true,
+	while (cand > peak && !__atomic_compare_exchange_n(&s->live_peak, &peak, cand, true,
 							   __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
 	}
+	*bt = (struct batch){0};
 }
 
-static void site_sub(uint32_t id, int64_t bytes, int64_t count)
+/* Adds to site id's figures through this thread's batch. */
+static void site_delta(uint32_t id, int64_t bytes, int64_t count, int64_t live_bytes,
+		       int64_t live_count, int samples)
 {
-	struct vmap_site *s = &sites[id];
-	__atomic_sub_fetch(&s->live_bytes, bytes, __ATOMIC_RELAXED);
-	__atomic_sub_fetch(&s->live_count, count, __ATOMIC_RELAXED);
+	struct batch *bt = &vmap_profile_batch;
+	if (bt->site1 != id + 1) {
+		batch_flush(bt);
+		bt->site1 = id + 1;
+	}
+	bt->bytes += bytes;
+	bt->count += count;
+	bt->samples += samples;
+	bt->live_count += live_count;
+	bt->live_bytes += live_bytes;
+	if (bt->live_bytes > bt->live_max)
+		bt->live_max = bt->live_bytes;
+	if (++bt->n >= BATCH)
+		batch_flush(bt);
+}
+
+void vmap_profile_thread_exit(void)
+{
+	if (vmap_profile_on)
+		batch_flush(&vmap_profile_batch);
 }
 
 /* ---- the live table ---------------------------------------------------- */
+
+static void stripe_lock(struct stripe *st)
+{
+	vmap_lock_rank_acquire(VMAP_RANK_PROFILE);
+	unsigned spins = 0;
+	while (__atomic_exchange_n(&st->lock, 1, __ATOMIC_ACQUIRE)) {
+		do {
+			/* The holder may be growing the stripe (an mmap): on
+			 * 2 CPUs, let it run rather than spin long. */
+			if (++spins > 100)
+				vmap_os_yield();
+#if defined(__x86_64__)
+			else
+				__builtin_ia32_pause();
+#endif
+		} while (__atomic_load_n(&st->lock, __ATOMIC_RELAXED));
+	}
+}
+
+static void stripe_unlock(struct stripe *st)
+{
+	__atomic_store_n(&st->lock, 0, __ATOMIC_RELEASE);
+	vmap_lock_rank_release(VMAP_RANK_PROFILE);
+}
 
 static inline uint64_t ptr_hash(uintptr_t p)
 {
@@ -448,7 +543,7 @@ static struct live_entry *stripe_find_locked(struct stripe *st, uintptr_t p, uin
 /* Drops an entry (its site's live figures too). Lock held. */
 static void entry_drop_locked(struct stripe *st, struct live_entry *e)
 {
-	site_sub(e->site, e->bytes, e->count);
+	site_delta(e->site, 0, 0, -e->bytes, -e->count, 0);
 	if (e->filtered)
 		filter_dec(vmap_profile_filter_slot((void *)e->key));
 	e->key = KEY_TOMB;
@@ -460,7 +555,7 @@ static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count
 {
 	uint64_t h = ptr_hash(p);
 	struct stripe *st = stripe_of(h);
-	vmap_lock(&st->lock, VMAP_RANK_PROFILE);
+	stripe_lock(st);
 	struct live_entry *old = stripe_find_locked(st, p, h);
 	if (old) /* a stale record (its free was not seen): replace it */
 		entry_drop_locked(st, old);
@@ -469,7 +564,7 @@ static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count
 		while ((uint64_t)cap < (uint64_t)(st->used + 1) * 2)
 			cap *= 2;
 		if (!stripe_grow_locked(st, cap)) {
-			vmap_unlock(&st->lock, VMAP_RANK_PROFILE);
+			stripe_unlock(st);
 			return false;
 		}
 	}
@@ -482,7 +577,7 @@ static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count
 	st->used++;
 	if (filtered)
 		filter_inc(vmap_profile_filter_slot((void *)p));
-	vmap_unlock(&st->lock, VMAP_RANK_PROFILE);
+	stripe_unlock(st);
 	return true;
 }
 
@@ -497,17 +592,120 @@ void vmap_profile_forget(void *ptr)
 	if (!__atomic_load_n(&st->used, __ATOMIC_RELAXED))
 		return;
 	t->busy = 1;
-	vmap_lock(&st->lock, VMAP_RANK_PROFILE);
+	stripe_lock(st);
 	struct live_entry *e = stripe_find_locked(st, p, h);
 	if (e)
 		entry_drop_locked(st, e);
-	vmap_unlock(&st->lock, VMAP_RANK_PROFILE);
+	stripe_unlock(st);
 	t->busy = 0;
+}
+
+/* ---- the stack cache --------------------------------------------------- */
+
+/*
+ * A loop that allocates at one call site unwinds the same stack again and
+ * again: libunwind costs ~800 instructions a time.  Each thread remembers a
+ * few stacks by (return address into the program, its stack pointer), and
+ * where on its stack each return address of the stack was found.  A later
+ * allocation with the same key takes the cached site only if every one of
+ * those return addresses is still at its place — then the call chain is the
+ * same, frame by frame — else it unwinds.  An entry is filled on the second
+ * unwind of its key (the first only remembers the key), by scanning the
+ * stack upward for the return addresses in order.  Every read stays inside
+ * this thread's stack ([cfa, top of the stack) is mapped while the frames
+ * below cfa run); stacks that are not the thread's own (coroutines, signal
+ * stacks) are never cached.
+ */
+#define SCACHE 4
+#define SCAN_MAX ((uintptr_t)1 << 20) /* bytes of stack scanned for a fill */
+
+struct scache_entry {
+	uintptr_t ra, cfa;
+	uint32_t site1; /* site + 1 */
+	uint32_t state; /* 0 empty, 1 key seen once, 2 slots known */
+	uintptr_t slot[DEPTH]; /* where frames[i] (i >= 1) lies on the stack */
+};
+
+struct scache {
+	uintptr_t lo, hi; /* this thread's stack */
+	int bounds;       /* 0 unknown, 1 known, -1 unavailable */
+	struct scache_entry e[SCACHE];
+};
+static __thread struct scache vmap_profile_scache;
+
+static inline struct scache_entry *scache_slot(uintptr_t ra, uintptr_t cfa)
+{
+	return &vmap_profile_scache.e[((ra >> 2) ^ (cfa >> 4)) & (SCACHE - 1)];
+}
+
+static bool scache_hit(uintptr_t ra, uintptr_t cfa, int kind, uint32_t *id)
+{
+	struct scache_entry *e = scache_slot(ra, cfa);
+	if (e->state != 2 || e->ra != ra || e->cfa != cfa)
+		return false;
+	const struct vmap_site *s = &sites[e->site1 - 1];
+	if (s->kind != (uint32_t)kind)
+		return false;
+	for (unsigned i = 1; i < s->nframes; i++)
+		if (*(const volatile uintptr_t *)e->slot[i] != s->frames[i])
+			return false;
+	*id = e->site1 - 1;
+	return true;
+}
+
+static bool stack_bounds(struct scache *c)
+{
+	if (!c->bounds) {
+		/* May allocate (the cpuset; the main thread reads
+		 * /proc/self/maps): unprofiled, this thread is busy. */
+		pthread_attr_t attr;
+		void *addr;
+		size_t size;
+		c->bounds = -1;
+		if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+			if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size) {
+				c->lo = (uintptr_t)addr;
+				c->hi = (uintptr_t)addr + size;
+				c->bounds = 1;
+			}
+			pthread_attr_destroy(&attr);
+		}
+	}
+	return c->bounds == 1;
+}
+
+static void scache_note(uintptr_t ra, uintptr_t cfa, uint32_t id, const uintptr_t *frames,
+			unsigned n)
+{
+	struct scache *c = &vmap_profile_scache;
+	/* The key must be the program's call site, the first frame kept. */
+	if (!id || !n || frames[0] != ra || ra - self_lo < self_hi - self_lo || (cfa & 7))
+		return;
+	struct scache_entry *e = scache_slot(ra, cfa);
+	if (e->state == 0 || e->ra != ra || e->cfa != cfa || e->site1 != id + 1) {
+		*e = (struct scache_entry){.ra = ra, .cfa = cfa, .site1 = id + 1, .state = 1};
+		return;
+	}
+	if (e->state != 1 || !stack_bounds(c) || cfa <= c->lo || cfa >= c->hi)
+		return;
+	const uintptr_t *w = (const uintptr_t *)cfa, *end = (const uintptr_t *)c->hi;
+	if (c->hi - cfa > SCAN_MAX)
+		end = (const uintptr_t *)(cfa + SCAN_MAX);
+	for (unsigned i = 1; i < n; i++) {
+		while (w < end && *w != frames[i])
+			w++;
+		if (w == end) {
+			e->state = 0; /* not all found: this stack is not cached */
+			return;
+		}
+		e->slot[i] = (uintptr_t)w++;
+	}
+	e->state = 2;
 }
 
 /* ---- recording --------------------------------------------------------- */
 
-void vmap_profile_record(void *p, size_t size, int kind)
+void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t cfa)
 {
 	struct vmap_profile_tls *t = &vmap_profile_tls;
 	if (!p || !vmap_profile_on)
@@ -534,13 +732,18 @@ void vmap_profile_record(void *p, size_t size, int kind)
 		return;
 	}
 	t->busy = 1;
-	uintptr_t frames[DEPTH];
-	unsigned n = capture(frames);
-	uint32_t id = site_get(frames, n, kind);
-	site_add(&sites[id], bytes, count);
-	bool filtered = !vmap_range_owns(p);
-	if (!live_insert((uintptr_t)p, id, bytes, count, filtered)) {
-		site_sub(id, bytes, count); /* could not track its free: not live */
+	uint32_t id;
+	if (!scache_hit(ra, cfa, kind, &id)) {
+		uintptr_t frames[DEPTH];
+		unsigned n = capture(frames, ra);
+		id = site_get(frames, n, kind);
+		scache_note(ra, cfa, id, frames, n);
+	}
+	bool filtered = !vmap_region_of((uintptr_t)p);
+	if (live_insert((uintptr_t)p, id, bytes, count, filtered)) {
+		site_delta(id, bytes, count, bytes, count, 1);
+	} else { /* its free could not be seen: count it, but not as live */
+		site_delta(id, bytes, count, 0, 0, 1);
 		vmap_stat_inc_local(VMAP_STAT_profile_skipped);
 	}
 	if (!id)
@@ -568,7 +771,7 @@ void vmap_profile_fork_prepare(void)
 		return;
 	vmap_lock(&site_lock, VMAP_RANK_PROFILE);
 	for (unsigned i = 0; i < STRIPES; i++)
-		vmap_lock(&stripes[i].lock, VMAP_RANK_PROFILE);
+		stripe_lock(&stripes[i]);
 }
 
 void vmap_profile_fork_parent(void)
@@ -576,7 +779,7 @@ void vmap_profile_fork_parent(void)
 	if (!vmap_profile_on)
 		return;
 	for (unsigned i = STRIPES; i-- > 0;)
-		vmap_unlock(&stripes[i].lock, VMAP_RANK_PROFILE);
+		stripe_unlock(&stripes[i]);
 	vmap_unlock(&site_lock, VMAP_RANK_PROFILE);
 }
 
@@ -586,7 +789,7 @@ void vmap_profile_fork_child(void)
 		return;
 	for (unsigned i = STRIPES; i-- > 0;) {
 		vmap_lock_rank_release(VMAP_RANK_PROFILE);
-		vmap_lock_reset(&stripes[i].lock);
+		stripes[i].lock = 0;
 	}
 	vmap_lock_rank_release(VMAP_RANK_PROFILE);
 	vmap_lock_reset(&site_lock);
@@ -610,7 +813,7 @@ struct sym_obj {
 struct symbolizer {
 	struct sym_obj obj[SYM_OBJS];
 	unsigned n;
-	char exe[256]; /* readlink("/proc/self/exe") */
+	bool in_signal; /* names nothing: object+offset only */
 };
 
 struct frame_name {
@@ -627,6 +830,15 @@ static const char *base_of(const char *path)
 		if (*p == '/')
 			b = p + 1;
 	return b;
+}
+
+/* The program as it was started: argv[0] read at init, before main() could
+ * rewrite it (redis-server sets its process title there), so that a
+ * symbolic link such as redis-server -> redis-check-rdb keeps its name. */
+static const char *exe_name(struct symbolizer *z)
+{
+	(void)z;
+	return program[0] ? base_of(program) : "(program)";
 }
 
 static void obj_load_symtab(struct sym_obj *o, const char *path)
@@ -682,12 +894,7 @@ static struct sym_obj *obj_get(struct symbolizer *z, const struct link_map *lm)
 	*o = (struct sym_obj){.lm = lm};
 	const char *path = lm->l_name;
 	if (!path || !path[0]) { /* the main program */
-		if (!z->exe[0]) {
-			long n = vmap_os_syscall6(SYS_readlinkat, AT_FDCWD, (long)"/proc/self/exe",
-						  (long)z->exe, sizeof z->exe - 1, 0, 0);
-			z->exe[n > 0 ? n : 0] = '\0';
-		}
-		o->base = z->exe[0] ? base_of(z->exe) : "(program)";
+		o->base = exe_name(z);
 		path = "/proc/self/exe";
 	} else {
 		o->base = base_of(path);
@@ -738,14 +945,14 @@ static void symbolize(struct symbolizer *z, uintptr_t addr, struct frame_name *o
 }
 
 /* Async-signal-safe: the object and the offset from its load bias only. */
-static void locate_in_signal(uintptr_t addr, struct frame_name *out)
+static void locate_in_signal(struct symbolizer *z, uintptr_t addr, struct frame_name *out)
 {
 	*out = (struct frame_name){NULL, 0, NULL, addr};
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 	struct dl_find_object fo;
 	if (_dl_find_object((void *)(addr - 1), &fo) == 0 && fo.dlfo_link_map) {
 		const struct link_map *lm = fo.dlfo_link_map;
-		out->object = lm->l_name && lm->l_name[0] ? base_of(lm->l_name) : "(program)";
+		out->object = lm->l_name && lm->l_name[0] ? base_of(lm->l_name) : exe_name(z);
 		out->rel = addr - lm->l_addr;
 	}
 #endif
@@ -829,14 +1036,21 @@ static void site_text(struct vmap_buf *b, struct symbolizer *z, const struct vma
 	vmap_buf_bytes(b, clamp0(__atomic_load_n(&s->bytes, __ATOMIC_RELAXED)));
 	vmap_buf_str(b, " in ");
 	vmap_buf_str(b, approx);
-	vmap_buf_u64(b, whole_count(__atomic_load_n(&s->count, __ATOMIC_RELAXED)));
+	uint64_t count = whole_count(__atomic_load_n(&s->count, __ATOMIC_RELAXED));
+	vmap_buf_u64(b, count);
 	vmap_buf_char(b, ' ');
 	vmap_buf_str(b, kind_name[s->kind < 3 ? s->kind : 0]);
-	vmap_buf_str(b, s->kind == VMAP_PROFILE_MMAP ? " mappings" : " blocks");
+	vmap_buf_str(b, s->kind == VMAP_PROFILE_MMAP ? " mapping" : " block");
+	if (count != 1)
+		vmap_buf_char(b, 's');
 	if (s == &sites[0])
 		vmap_buf_str(b, " of stacks that did not fit the site table");
-	if (est)
-		vmap_buf_str(b, " (sampled)");
+	if (est) {
+		int64_t n = __atomic_load_n(&s->samples, __ATOMIC_RELAXED);
+		vmap_buf_str(b, " (");
+		vmap_buf_u64(b, clamp0(n));
+		vmap_buf_str(b, n == 1 ? " sample)" : " samples)");
+	}
 	vmap_buf_str(b, "; live ");
 	vmap_buf_str(b, approx);
 	vmap_buf_bytes(b, clamp0(__atomic_load_n(&s->live_bytes, __ATOMIC_RELAXED)));
@@ -855,10 +1069,10 @@ static void site_text(struct vmap_buf *b, struct symbolizer *z, const struct vma
 			break;
 		}
 		struct frame_name fn;
-		if (z)
-			symbolize(z, s->frames[i], &fn);
+		if (z->in_signal)
+			locate_in_signal(z, s->frames[i], &fn);
 		else
-			locate_in_signal(s->frames[i], &fn);
+			symbolize(z, s->frames[i], &fn);
 		vmap_buf_str(b, "\n            ");
 		frame_text(b, &fn);
 		shown++;
@@ -890,10 +1104,10 @@ static void site_json(struct vmap_buf *b, struct symbolizer *z, const struct vma
 	vmap_buf_str(b, ", \"frames\": [");
 	for (unsigned i = 0; i < s->nframes; i++) {
 		struct frame_name fn;
-		if (z)
-			symbolize(z, s->frames[i], &fn);
+		if (z->in_signal)
+			locate_in_signal(z, s->frames[i], &fn);
 		else
-			locate_in_signal(s->frames[i], &fn);
+			symbolize(z, s->frames[i], &fn);
 		vmap_buf_str(b, i ? ", {\"addr\": \"" : "{\"addr\": \"");
 		vmap_buf_hex(b, s->frames[i]);
 		vmap_buf_str(b, "\", \"function\": ");
@@ -944,7 +1158,7 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 		vmap_buf_str(b, ", \"table_full\": ");
 		vmap_buf_str(b, n + 1 >= SITE_MAX ? "true" : "false");
 		vmap_buf_str(b, ", \"symbolized\": ");
-		vmap_buf_str(b, z ? "true" : "false");
+		vmap_buf_str(b, z->in_signal ? "false" : "true");
 		vmap_buf_str(b, ", \"tables_bytes\": ");
 		vmap_buf_u64(b, __atomic_load_n(&profile_mapped, __ATOMIC_RELAXED));
 		for (int t = 0; t < NTABLES; t++) {
@@ -968,7 +1182,7 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 	vmap_buf_str(b, " records: every large block, small ones sampled every ");
 	vmap_buf_bytes(b, mean_bytes);
 	vmap_buf_str(b, " on average (~ = estimate)");
-	if (!z)
+	if (z->in_signal)
 		vmap_buf_str(b, "\n    (in a signal handler: addresses only, as object+offset for addr2line)");
 	for (int t = 0; t < NTABLES; t++) {
 		vmap_buf_str(b, "\n    ");
@@ -1007,14 +1221,19 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 
 void vmap_profile_report(struct vmap_buf *b, int format)
 {
+	if (vmap_profile_on && !vmap_profile_tls.busy)
+		batch_flush(&vmap_profile_batch); /* this thread's pending figures */
 	struct symbolizer z;
 	z.n = 0;
-	z.exe[0] = '\0';
+	z.in_signal = false;
 	report(b, format, &z);
 	symbolizer_done(&z);
 }
 
 void vmap_profile_report_in_signal(struct vmap_buf *b, int format)
 {
-	report(b, format, NULL);
+	struct symbolizer z;
+	z.n = 0;
+	z.in_signal = true;
+	report(b, format, &z);
 }

@@ -29,8 +29,10 @@ enum vmap_profile_kind {
 	VMAP_PROFILE_MMAP = 2,  /* a program mmap() served from the arena: every one */
 };
 
-/* The kind of a block just allocated by the malloc family. */
-#define VMAP_PROFILE_KIND(p) (vmap_range_owns(p) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL)
+/* The kind of a block just allocated by the malloc family (inline: the
+ * span compare of range.h rejects glibc's pointers in one test). */
+#define VMAP_PROFILE_KIND(p) \
+	(vmap_region_of((uintptr_t)(p)) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL)
 
 /* Set once by vmap_profile_init() when VMAPALLOC_PROFILE=1 and the tables
  * could be mapped; never cleared. */
@@ -55,24 +57,35 @@ static inline unsigned vmap_profile_filter_slot(const void *p)
 }
 
 void vmap_profile_init(void);
-/* Out of line: the sample (backtrace, aggregation) and the forget. */
-void vmap_profile_record(void *p, size_t size, int kind);
+/* Out of line: the sample (backtrace, aggregation) and the forget.  ra and
+ * cfa are the return address and call frame of the function the hook is
+ * inlined in: the program's call site when that function was entered by a
+ * tail call from preload/ (the key of the stack cache; anything else, such
+ * as an address inside vmapalloc, only disables the cache). */
+void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t cfa);
 void vmap_profile_forget(void *p);
 
 /* After a successful allocation of size bytes at p. */
-static inline void vmap_profile_alloc(void *p, size_t size, int kind)
+__attribute__((always_inline)) static inline void vmap_profile_alloc(void *p, size_t size, int kind)
 {
 	if (kind == VMAP_PROFILE_SMALL &&
 	    (vmap_profile_tls.countdown -= (int64_t)size) > 0)
 		return;
-	vmap_profile_record(p, size, kind);
+	vmap_profile_record(p, size, kind, (uintptr_t)__builtin_return_address(0),
+			    (uintptr_t)__builtin_dwarf_cfa());
 }
 
-/* Before p is released (free, realloc, munmap of a whole served mapping). */
+/* Before p is released (free, realloc, munmap of a whole served mapping);
+ * owned: p lies in the arena (vmap_range_owns), which the caller knows. */
+static inline void vmap_profile_free_known(void *p, bool owned)
+{
+	if (owned || vmap_profile_filter[vmap_profile_filter_slot(p)])
+		vmap_profile_forget(p);
+}
+
 static inline void vmap_profile_free(void *p)
 {
-	if (vmap_range_owns(p) || vmap_profile_filter[vmap_profile_filter_slot(p)])
-		vmap_profile_forget(p);
+	vmap_profile_free_known(p, vmap_region_of((uintptr_t)p) != NULL);
 }
 
 /*
@@ -87,6 +100,9 @@ void vmap_profile_report(struct vmap_buf *b, int format);
 void vmap_profile_report_in_signal(struct vmap_buf *b, int format);
 /* Resets every site's live peak to its live bytes (vmapalloc_reset_peaks). */
 void vmap_profile_reset_peaks(void);
+
+/* At thread exit (pthread key destructor): folds this thread's pending figures. */
+void vmap_profile_thread_exit(void);
 
 void vmap_profile_fork_prepare(void);
 void vmap_profile_fork_parent(void);

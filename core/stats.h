@@ -1,6 +1,7 @@
 /*
- * stats.h — the report: every figure of stats.def, as text, JSON or the XML
- * of malloc_info(), formatted without malloc or stdio.
+ * stats.h — the report: every figure of stats.def and what the system says,
+ * as text, JSON or the XML of malloc_info(), formatted without malloc or
+ * stdio; its destinations (stderr, a new file, at exit, on a signal).
  */
 #ifndef VMAP_STATS_H
 #define VMAP_STATS_H
@@ -14,11 +15,16 @@ int vmap_stat_lookup(const char *name);
 const char *vmap_stat_name(unsigned i);
 uint64_t vmap_stat_value(unsigned i); /* exact, clamped at 0 */
 
+/* The report on request (vmapalloc_stats_print, malloc_stats): 0 or -errno. */
 int vmap_stats_write(int fd, int format);
 void vmap_stats_xml(struct vmap_buf *b);
-/* The exit report to VMAPALLOC_STATS (stderr or a new file). */
-void vmap_stats_at_exit(int main_pid);
-/* With VMAPALLOC_STATS=1: duplicate stderr now, for the exit report. */
-void vmap_stats_keep_stderr(void);
+
+/* At init, after the options: the start time, the duplicate of stderr for
+ * the report, the VMAPALLOC_STATS_SIGNAL handler. */
+void vmap_stats_init(void);
+/* In a forked child: the parent's pid becomes the report's label. */
+void vmap_stats_fork_child(void);
+/* The exit report to VMAPALLOC_STATS (stderr or a new file), if set. */
+void vmap_stats_at_exit(void);
 
 #endif

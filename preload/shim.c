@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "counter.h"
+#include "profile.h"
 #include "range.h"
 #include "stats.h"
 #include "vmapalloc.h"
@@ -106,7 +107,12 @@ EXPORT int vmapalloc_counter_get(const char *name, uint64_t *value)
 
 EXPORT const char *vmapalloc_counter_name(unsigned i) { return vmap_stat_name(i); }
 
-EXPORT void vmapalloc_reset_peaks(void) { vmap_stat_reset_peak(); }
+EXPORT void vmapalloc_reset_peaks(void)
+{
+	vmap_init();
+	vmap_stat_reset_peak();
+	vmap_profile_reset_peaks();
+}
 
 EXPORT size_t vmapalloc_purge(void)
 {

@@ -307,3 +307,174 @@ Test(counter, range_allocations_raise_the_peak)
 	cr_assert_eq(vmap_stat_read(VMAP_STAT_large_bytes_in_use), 0);
 	cr_assert_eq(vmap_stat_peak_large_bytes, in_use, "the peak survives the frees");
 }
+
+/* ---- forced modes (VMAPALLOC_COUNTER) and the facade ------------------------ */
+
+#include "alloc.h"
+
+extern char **environ;
+
+/* Drops inherited VMAPALLOC_* variables, sets the given ones, initialises the
+ * facade (which reads them) and checks that the arena is there. */
+static void facade_setup(const char *counter)
+{
+	for (;;) {
+		char name[256] = "";
+		for (char **e = environ; *e; e++) {
+			size_t n = strcspn(*e, "=");
+			if (strncmp(*e, "VMAPALLOC_", 10) == 0 && n < sizeof name) {
+				memcpy(name, *e, n);
+				name[n] = '\0';
+				break;
+			}
+		}
+		if (!name[0])
+			break;
+		unsetenv(name);
+	}
+	setenv("VMAPALLOC_SHARDS", "2", 1);
+	setenv("VMAPALLOC_PURGE_DELAY_MS", "0", 1);
+	if (counter)
+		setenv("VMAPALLOC_COUNTER", counter, 1);
+	vmap_init();
+	cr_assert(vmap_range_enabled(), "the arena could be reserved");
+}
+
+Test(counter, option_values_parse)
+{
+	static const char *const atomic[] = {"VMAPALLOC_COUNTER=atomic", NULL};
+	static const char *const percpu[] = {"VMAPALLOC_COUNTER=percpu", NULL};
+	static const char *const autom[] = {"VMAPALLOC_COUNTER=auto", NULL};
+	static const char *const bad[] = {"VMAPALLOC_COUNTER=percore", NULL};
+	cr_assert_eq(unit_parse(atomic), 0);
+	cr_assert_eq(vmap_opt.counter, VMAP_COUNTER_ATOMIC);
+	cr_assert_eq(unit_parse(percpu), 0);
+	cr_assert_eq(vmap_opt.counter, VMAP_COUNTER_PERCPU);
+	cr_assert_eq(unit_parse(autom), 0);
+	cr_assert_eq(vmap_opt.counter, VMAP_COUNTER_AUTO);
+	int devnull = open("/dev/null", O_WRONLY), saved = dup(2);
+	cr_assert(devnull >= 0 && saved >= 0);
+	dup2(devnull, 2); /* the complaint about the bad value */
+	int problems = unit_parse(bad);
+	dup2(saved, 2);
+	close(saved);
+	close(devnull);
+	cr_assert_eq(problems, 1, "a bad value is reported");
+	cr_assert_eq(vmap_opt.counter, VMAP_COUNTER_AUTO, "and the default kept");
+}
+
+struct facade_worker {
+	pthread_t t;
+	unsigned idx;
+	int64_t allocs;
+	unsigned failed; /* Criterion asserts only on the test's own thread */
+};
+
+/* Large (range allocator) and small blocks, all freed before returning. */
+static void *facade_churn(void *arg)
+{
+	struct facade_worker *w = arg;
+	void *p[16];
+	for (int round = 0; round < 50; round++) {
+		for (int i = 0; i < 16; i++) {
+			size_t size = (i % 2) ? (size_t)(w->idx + 1) * 100 : (size_t)(i + 1) * 64 * KiB + 1;
+			p[i] = vmap_malloc(size);
+			w->allocs++;
+			if (!p[i]) {
+				w->failed++;
+				continue;
+			}
+			memset(p[i], 0xa5, 64);
+		}
+		for (int i = 15; i >= 0; i--)
+			vmap_free(p[i]);
+	}
+	return NULL;
+}
+
+/* Every block freed: the gauges are back where they were, the call counts
+ * exact, and the mode is what the option asked for. */
+static void facade_baseline(const char *counter, bool percpu_after)
+{
+	facade_setup(counter);
+	void *warm = vmap_malloc(MiB); /* main thread: counters already moving */
+	vmap_free(warm);
+	int64_t bytes0 = ctr(VMAP_STAT_large_bytes_in_use);
+	int64_t blocks0 = ctr(VMAP_STAT_large_blocks_in_use);
+	int64_t mallocs0 = ctr(VMAP_STAT_malloc_calls);
+	int64_t frees0 = ctr(VMAP_STAT_free_calls);
+	struct facade_worker w[8];
+	for (unsigned i = 0; i < 8; i++) {
+		w[i] = (struct facade_worker){.idx = i};
+		cr_assert_eq(pthread_create(&w[i].t, NULL, facade_churn, &w[i]), 0);
+	}
+	int64_t allocs = 0;
+	for (unsigned i = 0; i < 8; i++) {
+		pthread_join(w[i].t, NULL);
+		cr_assert_eq(w[i].failed, 0, "thread %u: malloc failed", i);
+		allocs += w[i].allocs;
+	}
+	cr_assert_eq(vmap_counter_is_percpu(), percpu_after, "mode %s", counter ? counter : "(default)");
+	cr_assert_eq(ctr(VMAP_STAT_counter_mode_switches), percpu_after ? 1 : 0);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), bytes0, "bytes in use %ld, baseline %ld",
+		     (long)ctr(VMAP_STAT_large_bytes_in_use), (long)bytes0);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), blocks0);
+	/* Worker threads fold their batched call counts at exit (key destructor). */
+	cr_assert_eq(ctr(VMAP_STAT_malloc_calls), mallocs0 + allocs);
+	cr_assert_eq(ctr(VMAP_STAT_free_calls), frees0 + allocs);
+}
+
+Test(counter, forced_atomic_never_switches_and_returns_to_baseline, .timeout = 60)
+{
+	facade_baseline("atomic", false);
+}
+
+Test(counter, forced_percpu_returns_to_baseline, .timeout = 60)
+{
+	facade_baseline("percpu", true);
+}
+
+Test(counter, auto_switches_with_threads_and_returns_to_baseline, .timeout = 60)
+{
+	facade_baseline("auto", true);
+}
+
+Test(counter, forced_percpu_is_per_cpu_from_init)
+{
+	facade_setup("percpu");
+	cr_assert(vmap_counter_is_percpu(), "per-CPU before any second thread");
+	cr_assert_eq(ctr(VMAP_STAT_counter_mode_switches), 1);
+	cr_assert_neq(vmap_counter_switch_ns(), 0);
+}
+
+Test(counter, forced_atomic_is_atomic_with_threads)
+{
+	facade_setup("atomic");
+	pthread_t t;
+	struct facade_worker w = {.idx = 1};
+	cr_assert_eq(pthread_create(&t, NULL, facade_churn, &w), 0);
+	pthread_join(t, NULL);
+	cr_assert_eq(w.failed, 0);
+	cr_assert_not(vmap_counter_is_percpu());
+	cr_assert_null(vmap_counter_slots, "no slot block was mapped");
+}
+
+static void *never_allocates(void *arg)
+{
+	volatile unsigned long s = 0;
+	for (unsigned long i = 0; i < 10000; i++)
+		s += i;
+	return arg;
+}
+
+Test(counter, auto_ignores_a_thread_that_never_calls_the_allocator)
+{
+	facade_setup(NULL);
+	void *p = vmap_malloc(MiB);
+	vmap_free(p);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, never_allocates, NULL), 0);
+	pthread_join(t, NULL);
+	cr_assert_not(vmap_counter_is_percpu(), "a thread that never allocates does not switch");
+	cr_assert_eq(ctr(VMAP_STAT_counter_mode_switches), 0);
+}
