@@ -36,6 +36,7 @@
 #include "cache.h"
 #include "counter.h"
 #include "fmt.h"
+#include "lock.h"
 #include "options.h"
 #include "profile.h"
 #include "range.h"
@@ -161,6 +162,7 @@ __attribute__((noinline, cold)) static void thread_first_call(void)
 {
 	vmap_tls_seen = true;
 	if (vmap_os_gettid() != vmap_os_getpid()) {
+		vmap_threads_seen = true;
 		if (vmap_opt.counter != VMAP_COUNTER_ATOMIC)
 			vmap_counter_go_percpu();
 		/* A non-NULL value makes the key's destructor run at thread exit;
@@ -549,6 +551,7 @@ static void fork_child(void)
 	vmap_cache_fork_child();
 	vmap_range_fork_child();
 	vmap_purge_fork_child();
+	vmap_lock_rank_reset();
 }
 
 void vmap_at_exit(void)

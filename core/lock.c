@@ -42,6 +42,13 @@ void vmap_lock_rank_acquire(enum vmap_lock_rank rank)
 	vmap_held_count[rank]++;
 }
 
+void vmap_lock_rank_reset(void)
+{
+	vmap_held_ranks = 0;
+	for (int i = 0; i < 8; i++)
+		vmap_held_count[i] = 0;
+}
+
 void vmap_lock_rank_release(enum vmap_lock_rank rank)
 {
 	if (--vmap_held_count[rank] == 0)

@@ -34,9 +34,12 @@ struct vmap_lock {
 #ifdef VMAP_DEBUG
 void vmap_lock_rank_acquire(enum vmap_lock_rank rank);
 void vmap_lock_rank_release(enum vmap_lock_rank rank);
+/* In a fork child: the locks were reset, so is this thread's record of them. */
+void vmap_lock_rank_reset(void);
 #else
 static inline void vmap_lock_rank_acquire(enum vmap_lock_rank rank) { (void)rank; }
 static inline void vmap_lock_rank_release(enum vmap_lock_rank rank) { (void)rank; }
+static inline void vmap_lock_rank_reset(void) {}
 #endif
 
 void vmap_lock_slow(struct vmap_lock *l);

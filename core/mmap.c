@@ -40,6 +40,7 @@
 #include "counter.h"
 #include "fmt.h"
 #include "options.h"
+#include "profile.h"
 #include "range.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -253,6 +254,8 @@ static int cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintp
 	uint64_t t = p->tag;
 	unsigned state = VMAP_RUN_GUARDED;
 	int rc = -1;
+	if (__builtin_expect(vmap_profile_on, 0) && a == p->head)
+		vmap_profile_forget((void *)a); /* the profile keys a mapping by its start */
 	if (!(t & VMAP_TAG_ATTR) && e - a <= vmap_lazy_max / 4 &&
 	    __atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED) <= PROTECTED_RUNS_MAX) {
 		rc = vmap_os_mprotect((void *)a, e - a, PROT_NONE);
@@ -502,6 +505,8 @@ void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 				vmap_os_madvise(p, rounded, 23 /* MADV_POPULATE_WRITE */);
 			count(VMAP_STAT_mmap_served, 1);
 			count(VMAP_STAT_mmap_bytes_in_use, (int64_t)rounded);
+			if (__builtin_expect(vmap_profile_on, 0))
+				vmap_profile_alloc(p, rounded, VMAP_PROFILE_MMAP);
 			return p;
 		}
 		/* Arena exhausted: the kernel may still have room. */

@@ -66,6 +66,7 @@ unsigned vmap_nregions;
 uintptr_t vmap_span_lo, vmap_span_hi;
 bool vmap_guard_markers; /* MADV_GUARD_INSTALL works (Linux >= 6.13) */
 int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
+bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c) */
 static unsigned vmap_moves;
 #define VMAP_MAX_MOVES 4096 /* <= 8192 extra VMAs of the process's 65530 */
 struct vmap_shard *vmap_shards;
@@ -694,7 +695,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	if (!vmap_counter_slots)
 		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use));
 #ifdef VMAP_DEBUG
-	if (!vmap_counter_is_percpu()) /* the model walk is for one thread only */
+	if (!vmap_threads_seen) /* the model walk is for one thread only */
 		vmap_range_check();
 #endif
 	return p;
@@ -798,7 +799,7 @@ void vmap_range_free(void *p, const char *who)
 	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
 	vmap_stat_add_cpu(cpu, cached_stat, bytes);
 #ifdef VMAP_DEBUG
-	if (!vmap_counter_is_percpu()) /* the model walk is for one thread only */
+	if (!vmap_threads_seen) /* the model walk is for one thread only */
 		vmap_range_check();
 #endif
 	vmap_purge_maybe(now);

@@ -215,6 +215,7 @@ void vmap_purge_maybe(uint64_t now);
 /* For mmap.c: the pieces of range.c it builds on (shard lock held where
  * the name says _locked). */
 extern bool vmap_guard_markers;
+extern bool vmap_threads_seen;
 struct vmap_shard *vmap_shard_here(unsigned *cpu);
 void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, uint64_t pages,
 			 unsigned state, bool big, uint64_t stamp);

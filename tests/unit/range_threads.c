@@ -111,6 +111,7 @@ Test(range_threads, four_shards_cross_thread_frees_keep_every_block_intact, .tim
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=4", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
 	range_setup(env);
+	vmap_threads_seen = true; /* the debug model walk is single-threaded */
 	run_churn(8, 3000, 4 * MiB);
 }
 
@@ -119,6 +120,7 @@ Test(range_threads, one_shard_contended_by_many_threads, .timeout = 120)
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_LAZY_MAX=8M",
 			     "VMAPALLOC_PURGE_DELAY_MS=1", NULL};
 	range_setup(env);
+	vmap_threads_seen = true; /* the debug model walk is single-threaded */
 	run_churn(16, 1500, 3 * MiB);
 	cr_assert(ctr(VMAP_STAT_purges) > 0);
 }
@@ -127,6 +129,7 @@ Test(range_threads, many_shards_more_than_cpus, .timeout = 120)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=128", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
 	range_setup(env);
+	vmap_threads_seen = true; /* the debug model walk is single-threaded */
 	cr_assert_eq(vmap_range_nshards(), 128);
 	run_churn(4, 2000, 8 * MiB);
 }
@@ -152,6 +155,7 @@ Test(range_threads, concurrent_frees_of_neighbours_merge_correctly, .timeout = 6
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_LAZY_MAX=256K", NULL};
 	range_setup(env);
+	vmap_threads_seen = true; /* the debug model walk is single-threaded */
 	cr_assert(vmap_counter_go_percpu());
 	enum { N = 2000 };
 	static void *even[N / 2], *odd[N / 2];
