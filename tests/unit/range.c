@@ -14,6 +14,9 @@
 
 /* One shard, no age purge: deterministic reuse whatever CPU we run on. */
 static const char *const one_shard[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+static const char *const one_shard_thp[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+					    "VMAPALLOC_HUGEPAGE=1", NULL};
+
 
 TestSuite(range, .timeout = 30);
 
@@ -67,7 +70,7 @@ Test(range, small_sizes_are_page_aligned)
 
 Test(range, sizes_from_2mib_are_2mib_aligned)
 {
-	range_setup(one_shard);
+	range_setup(one_shard_thp); /* VMAPALLOC_HUGEPAGE=1: the big kind exists */
 	/* First, while only fresh small chunks could serve it: */
 	void *small = alloc_ok(2 * MiB - 4096, VMAP_PAGE, NULL);
 	cr_assert_not(tag_of(small) & VMAP_TAG_BIG, "just under 2 MiB is small");
@@ -488,7 +491,7 @@ Test(range, resize_of_a_small_area_into_the_big_kind_refuses)
 
 Test(range, resize_grows_big_areas_in_place)
 {
-	range_setup(one_shard);
+	range_setup(one_shard_thp);
 	char *a = alloc_ok(4 * MiB, VMAP_PAGE, NULL);
 	fill(a, 4 * MiB, 9);
 	cr_assert(vmap_range_resize(a, 20 * MiB), "the rest of the big chunk is free");
@@ -532,7 +535,7 @@ Test(range, move_keeps_contents_and_frees_the_old_range)
 
 Test(range, move_of_a_small_block_into_the_big_kind)
 {
-	range_setup(one_shard);
+	range_setup(one_shard_thp);
 	char *p = alloc_ok(300 * KiB, VMAP_PAGE, NULL);
 	fill(p, 300 * KiB, 5);
 	bool moved = false;
@@ -552,7 +555,7 @@ Test(range, fresh_big_block_is_not_carved_from_a_small_chunk)
 {
 	/* range.c: areas of 2 MiB and more live in big chunks (THP); a clean
 	 * small run is never used for a big request. */
-	range_setup(one_shard);
+	range_setup(one_shard_thp);
 	void *s = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
 	void *b = alloc_ok(4 * MiB, VMAP_PAGE, NULL);
 	cr_assert_neq((uintptr_t)s >> VMAP_CHUNK_SHIFT, (uintptr_t)b >> VMAP_CHUNK_SHIFT);
