@@ -46,7 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/rseq.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,6 +93,9 @@ static bool row_bytes(enum row r)
 
 #define RSEQ_SLOTS 256
 static int64_t rseq_slot[RSEQ_SLOTS][8] __attribute__((aligned(64))); /* one line per CPU */
+
+#if defined(__x86_64__) && __has_include(<sys/rseq.h>)
+#include <sys/rseq.h>
 
 static bool rseq_usable(void)
 {
@@ -147,6 +149,17 @@ static inline void rseq_add(int64_t d)
 	abort:;
 	}
 }
+
+#else /* the prototype is x86_64 with glibc >= 2.35 only */
+static bool rseq_usable(void)
+{
+	return false;
+}
+static inline void rseq_add(int64_t d)
+{
+	(void)d;
+}
+#endif
 
 static int64_t rseq_sum(void)
 {

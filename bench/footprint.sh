@@ -162,7 +162,7 @@ report() {
         read -r -a v <<<"${res[$proc,vmapalloc]}"
         local col=0
         for fig in VmRSS RssAnon VmPTE VmSize mappings; do
-            local best= who=
+            local best='' who=''
             for n in mimalloc jemalloc tcmalloc; do
                 [[ -n ${res[$proc,$n]:-} ]] || continue
                 read -r -a o <<<"${res[$proc,$n]}"

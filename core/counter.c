@@ -49,6 +49,20 @@ void vmap_stat_note_peak(int64_t v)
 	}
 }
 
+void vmap_counter_set_batch(uint64_t lazy_max)
+{
+	/* Byte gauges move by a large block (>= 64 KiB) at a time: with a batch
+	 * of 128 KiB nearly every update would fold into the shared base (bench
+	 * counter: 87-95 ns instead of 10-14).  Folding every LAZY_MAX/(8 x
+	 * slots) keeps the purge's approximate read within 1/8 of its limit. */
+	uint64_t b = lazy_max / (8 * (uint64_t)vmap_counter_nslots);
+	if (b < 128 * 1024)
+		b = 128 * 1024;
+	if (b > 4 * 1024 * 1024)
+		b = 4 * 1024 * 1024;
+	vmap_counter_batch = (int64_t)b;
+}
+
 void vmap_stat_reset_peak(void)
 {
 	__atomic_store_n(&vmap_stat_peak_large_bytes, vmap_stat_read(VMAP_STAT_large_bytes_in_use),

@@ -80,6 +80,8 @@ void vmap_stat_reset_peak(void);
 
 /* Mode control.  mode: 0 auto, 1 atomic forever, 2 per-CPU from the start. */
 void vmap_counter_init(unsigned ncpu);
+/* The fold batch, from the purge threshold (range.c, once at init). */
+void vmap_counter_set_batch(uint64_t lazy_max);
 /* Switches to per-CPU mode (idempotent); false if slots could not be had. */
 bool vmap_counter_go_percpu(void);
 bool vmap_counter_is_percpu(void);

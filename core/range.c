@@ -551,7 +551,7 @@ static uint64_t area_pages(size_t size, bool *big)
 	 * exact size: rounding them to whole huge pages was measured to cost
 	 * more in fragmentation (bench random: 1/3 of each 2-4 MiB block) than
 	 * it saved in huge-page splits at purge. */
-	*big = vmap_opt.hugepage && (n - 1) << VMAP_PAGE_SHIFT >= VMAP_BIG_MIN;
+	*big = vmap_opt.hugepage && (n - 1) << VMAP_PAGE_SHIFT >= vmap_opt.hugepage_min;
 	return n;
 }
 
@@ -828,7 +828,7 @@ bool vmap_range_resize(void *p, size_t size)
 	if (want <= pages)
 		return true; /* fits already; the caller decides whether shrinking should move */
 	bool big = t & VMAP_TAG_BIG;
-	if (!big && (want - 1) << VMAP_PAGE_SHIFT >= VMAP_BIG_MIN)
+	if (!big && vmap_opt.hugepage && (want - 1) << VMAP_PAGE_SHIFT >= vmap_opt.hugepage_min)
 		return false; /* growing into the big kind: move to a THP-friendly chunk */
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
 	uintptr_t end = (uintptr_t)p + (pages << VMAP_PAGE_SHIFT);
@@ -950,6 +950,7 @@ int vmap_range_init(void)
 	vmap_pool_exact = vmap_opt.pool_pages + 1;
 	vmap_lazy_max = vmap_opt.lazy_max ? vmap_opt.lazy_max
 					  : (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20);
+	vmap_counter_set_batch(vmap_lazy_max);
 	vmap_shards_bytes = ((size_t)vmap_nshards * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
 			    ~(VMAP_PAGE - 1);
 	void *sh = vmap_os_mmap(NULL, vmap_shards_bytes, PROT_READ | PROT_WRITE,

@@ -308,7 +308,8 @@ Test(fault, counters_stay_atomic_when_slots_cannot_be_mapped)
 
 Test(fault, big_chunks_are_advised_hugepage_once)
 {
-	static const char *const thp[] = {"VMAPALLOC_HUGEPAGE=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	static const char *const thp[] = {"VMAPALLOC_HUGEPAGE=1", "VMAPALLOC_HUGEPAGE_MIN=2M",
+					  "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
 	range_setup(thp);
 	fake_reset();
 	bool zero;

@@ -43,7 +43,7 @@ Test(options, defaults_match_options_def)
 	cr_assert_eq(vmap_opt.lazy_max, 0);
 	cr_assert_eq(vmap_opt.purge_delay_ms, 2000);
 	cr_assert_eq(vmap_opt.purge_advice, VMAP_ADVICE_DONTNEED);
-	cr_assert_eq(vmap_opt.hugepage, 0);
+	cr_assert_eq(vmap_opt.hugepage, 1);
 	cr_assert_eq(vmap_opt.populate, 0);
 	cr_assert_eq(vmap_opt.cache_bytes, 8 * MiB);
 	cr_assert_not_null(vmap_opt.stats);
@@ -154,8 +154,8 @@ Test(options, bool_spellings)
 
 Test(options, bad_bool_keeps_default_with_one_line)
 {
-	expect_rejected("VMAPALLOC_HUGEPAGE=maybe", "VMAPALLOC_HUGEPAGE", "0");
-	cr_assert_eq(vmap_opt.hugepage, 0);
+	expect_rejected("VMAPALLOC_HUGEPAGE=maybe", "VMAPALLOC_HUGEPAGE", "1");
+	cr_assert_eq(vmap_opt.hugepage, 1);
 }
 
 Test(options, out_of_range_keeps_default)

@@ -15,7 +15,7 @@
 /* One shard, no age purge: deterministic reuse whatever CPU we run on. */
 static const char *const one_shard[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
 static const char *const one_shard_thp[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
-					    "VMAPALLOC_HUGEPAGE=1", NULL};
+					    "VMAPALLOC_HUGEPAGE=1", "VMAPALLOC_HUGEPAGE_MIN=2M", NULL};
 
 
 TestSuite(range, .timeout = 30);
@@ -481,7 +481,7 @@ Test(range, resize_within_the_usable_size_succeeds_without_change)
 
 Test(range, resize_of_a_small_area_into_the_big_kind_refuses)
 {
-	range_setup(one_shard);
+	range_setup(one_shard_thp);
 	void *a = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
 	/* The rest of the chunk is free, but 2 MiB blocks belong in big chunks. */
 	cr_assert_not(vmap_range_resize(a, 2 * MiB));
