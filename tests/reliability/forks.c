@@ -1,0 +1,275 @@
+/*
+ * forks.c — fork, posix_spawn and vfork while threads allocate
+ * (reliability.md #15, #17, #18).
+ *
+ *   forks threads [SECONDS]   4 allocator threads + 2 forking threads: each
+ *                             fork's child allocates, frees and mmaps at once
+ *                             (small, large, calloc, realloc), forks a
+ *                             grandchild that does the same, and exits; the
+ *                             parent's blocks keep their patterns
+ *   forks sigfork [SECONDS]   one thread allocating; SIGALRM at 1 kHz whose
+ *                             handler forks, the child _exits at once
+ *                             (tst-mallocfork): the child must not hang and
+ *                             the parent continues
+ *   forks spawn [SECONDS]     4 allocator threads + a thread running
+ *                             posix_spawn(/bin/true), vfork+execve(/bin/true)
+ *                             and popen("true") in turn; every child exits 0
+ *                             and the parent's heap stays intact
+ * Each mode runs under a watchdog (SECONDS + 60 s): a hang prints gdb
+ * backtraces of every thread and fails.  At the end: every block verified,
+ * large_blocks_in_use back at its start value.
+ */
+#include "rel.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <sys/time.h>
+
+static double seconds = 10;
+static atomic_int stop;
+static atomic_ulong ops, forks_done, children_failed;
+
+struct kept {
+	void *p;
+	size_t n;
+	uint64_t seed;
+};
+
+static void churn(uint64_t *s, struct kept *keep, unsigned nkeep, unsigned iters)
+{
+	for (unsigned it = 0; it < iters; it++) {
+		unsigned k = (unsigned)(rel_rnd(s) % nkeep);
+		if (keep[k].p) {
+			CHECK(rel_marked(keep[k].p, keep[k].n, keep[k].seed), "block of %zu damaged",
+			      keep[k].n);
+			free(keep[k].p);
+			keep[k].p = NULL;
+		}
+		uint64_t r = rel_rnd(s);
+		size_t n = r % 3 ? 16 + r % (64 * KiB) : 100 * KiB + r % (3 * MiB);
+		void *p;
+		switch (r % 4) {
+		case 0: p = calloc(1, n); break;
+		case 1:
+			p = malloc(n / 2 + 1);
+			if (p) {
+				void *q = realloc(p, n);
+				if (!q)
+					free(p);
+				p = q;
+			}
+			break;
+		default: p = malloc(n); break;
+		}
+		CHECK(p != NULL, "allocation of %zu failed", n);
+		keep[k] = (struct kept){p, n, rel_rnd(s)};
+		rel_mark(p, n, keep[k].seed);
+	}
+}
+
+static void release(struct kept *keep, unsigned nkeep)
+{
+	for (unsigned k = 0; k < nkeep; k++)
+		if (keep[k].p) {
+			CHECK(rel_marked(keep[k].p, keep[k].n, keep[k].seed), "block of %zu damaged",
+			      keep[k].n);
+			free(keep[k].p);
+			keep[k].p = NULL;
+		}
+}
+
+/* What a fork child does right away. */
+static void child_work(uint64_t seed)
+{
+	struct kept keep[8] = {{0}};
+	churn(&seed, keep, 8, 40);
+	void *m = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(m != MAP_FAILED, "mmap in the child");
+	memset(m, 7, MiB);
+	munmap(m, MiB);
+	release(keep, 8);
+}
+
+static void *allocator(void *arg)
+{
+	uint64_t s = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 3;
+	struct kept keep[32] = {{0}};
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		churn(&s, keep, 32, 64);
+		atomic_fetch_add_explicit(&ops, 64, memory_order_relaxed);
+	}
+	release(keep, 32);
+	return NULL;
+}
+
+static bool wait_child(pid_t pid, double limit)
+{
+	double t0 = rel_now();
+	int st;
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid)
+			return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+		if (r < 0 && errno != EINTR)
+			return false;
+		if (rel_now() - t0 > limit) {
+			fprintf(stderr, "FAIL: child %d hung; its backtrace:\n", (int)pid);
+			rel_backtrace(pid);
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			return false;
+		}
+		usleep(1000);
+	}
+}
+
+static void *forker(void *arg)
+{
+	uint64_t s = (uintptr_t)arg * 77 + 1;
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			child_work(rel_rnd(&s));
+			pid_t g = fork();
+			if (g == 0) {
+				child_work(rel_rnd(&s) + 1);
+				_exit(0);
+			}
+			_exit(g > 0 && wait_child(g, 30) ? 0 : 1);
+		}
+		CHECK(pid > 0, "fork failed: %s", strerror(errno));
+		if (!wait_child(pid, 40))
+			atomic_fetch_add(&children_failed, 1);
+		atomic_fetch_add(&forks_done, 1);
+	}
+	return NULL;
+}
+
+static void *spawner(void *arg)
+{
+	(void)arg;
+	static char *const argv_true[] = {"true", NULL};
+	unsigned long i = 0;
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		pid_t pid = -1;
+		switch (i++ % 3) {
+		case 0:
+			CHECK(posix_spawn(&pid, "/bin/true", NULL, NULL, argv_true, environ) == 0,
+			      "posix_spawn");
+			break;
+		case 1:
+			pid = vfork();
+			if (pid == 0) {
+				execve("/bin/true", argv_true, environ);
+				_exit(127);
+			}
+			break;
+		default: {
+			FILE *f = popen("true", "r");
+			CHECK(f != NULL, "popen");
+			if (f && pclose(f) != 0)
+				atomic_fetch_add(&children_failed, 1);
+			atomic_fetch_add(&forks_done, 1);
+			continue;
+		}
+		}
+		CHECK(pid > 0, "spawn failed");
+		if (!wait_child(pid, 30))
+			atomic_fetch_add(&children_failed, 1);
+		atomic_fetch_add(&forks_done, 1);
+	}
+	return NULL;
+}
+
+static void sigfork_handler(int sig)
+{
+	(void)sig;
+	int saved = errno;
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(0);
+	if (pid > 0) {
+		int st;
+		waitpid(pid, &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			atomic_fetch_add(&children_failed, 1);
+		atomic_fetch_add(&forks_done, 1);
+	}
+	errno = saved;
+}
+
+static const char *mode = "threads";
+
+static int run(void *arg)
+{
+	(void)arg;
+	uint64_t blocks0 = vmt_vm ? CTR("large_blocks_in_use") : 0;
+	double t0 = rel_now();
+	if (!strcmp(mode, "sigfork")) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = sigfork_handler;
+		sa.sa_flags = SA_RESTART;
+		sigaction(SIGALRM, &sa, NULL);
+		struct itimerval it = {{0, 1000}, {0, 1000}};
+		setitimer(ITIMER_REAL, &it, NULL);
+		uint64_t s = 99;
+		struct kept keep[32] = {{0}};
+		while (rel_now() - t0 < seconds) {
+			churn(&s, keep, 32, 64);
+			atomic_fetch_add(&ops, 64);
+		}
+		struct itimerval off = {{0, 0}, {0, 0}};
+		setitimer(ITIMER_REAL, &off, NULL);
+		release(keep, 32);
+	} else {
+		bool spawn = !strcmp(mode, "spawn");
+		pthread_t a[4], f[2];
+		for (int i = 0; i < 4; i++)
+			CHECK(pthread_create(&a[i], NULL, allocator, (void *)(uintptr_t)(i + 1)) == 0,
+			      "pthread_create");
+		int nf = spawn ? 1 : 2;
+		for (int i = 0; i < nf; i++)
+			CHECK(pthread_create(&f[i], NULL, spawn ? spawner : forker, (void *)(uintptr_t)(i + 1)) == 0,
+			      "pthread_create");
+		while (rel_now() - t0 < seconds)
+			usleep(10000);
+		atomic_store(&stop, 1);
+		for (int i = 0; i < nf; i++)
+			pthread_join(f[i], NULL);
+		for (int i = 0; i < 4; i++)
+			pthread_join(a[i], NULL);
+	}
+	printf("forks %s: %.0f s, %lu children (%lu failed), %lu allocator operations\n", mode, seconds,
+	       (unsigned long)forks_done, (unsigned long)children_failed, (unsigned long)ops);
+	CHECK(forks_done > 0, "no child was created");
+	CHECK(children_failed == 0, "%lu children failed or hung", (unsigned long)children_failed);
+	if (vmt_vm)
+		CHECK(CTR("large_blocks_in_use") == blocks0, "large blocks in use %llu, %llu at the start",
+		      (unsigned long long)CTR("large_blocks_in_use"), (unsigned long long)blocks0);
+	vmt_done("forks");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	vmt_init("forks");
+	if (argc > 1)
+		mode = argv[1];
+	if (argc > 2)
+		seconds = atof(argv[2]);
+	if (strcmp(mode, "threads") && strcmp(mode, "sigfork") && strcmp(mode, "spawn")) {
+		fprintf(stderr, "usage: forks threads|sigfork|spawn [SECONDS]\n");
+		return 2;
+	}
+	int st = rel_watchdog(mode, run, NULL, seconds + 60);
+	if (st == -1)
+		return 1;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fprintf(stderr, "FAIL: forks %s: %s\n", mode, rel_status_str(st));
+		return 1;
+	}
+	return 0;
+}
