@@ -803,8 +803,16 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 		return q;
 	size_t moved = ol < nl ? ol : nl;
 	void *m = vmap_os_mremap(old, moved, moved, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
-	if (vmap_os_is_err(m))
-		memcpy(q, old, moved); /* kernels without MREMAP_DONTUNMAP */
+	if (vmap_os_is_err(m)) {
+		/* Kernels without MREMAP_DONTUNMAP, or a failure near the VMA
+		 * limit that may have unmapped part of q: map q again, then copy. */
+		if (vmap_os_is_err(vmap_os_mmap(q, moved, PROT_READ | PROT_WRITE,
+						MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+							MAP_NORESERVE,
+						-1, 0)))
+			return (void *)(intptr_t)-ENOMEM;
+		memcpy(q, old, moved);
+	}
 	if (!(flags & MREMAP_DONTUNMAP)) {
 		struct piece cur = piece_at(r, a);
 		cut_mapped(r, &cur, a, a + ol);

@@ -898,8 +898,18 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	void *m = vmap_os_mremap(p, span, span, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
 	if (!vmap_os_is_err(m))
 		guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE); /* marker gone: reads zero */
-	if (vmap_os_is_err(m))
+	if (vmap_os_is_err(m)) {
+		/* The kernel may have unmapped part of the destination before
+		 * failing (near vm.max_map_count): map it again before the caller
+		 * copies into it; if even that fails, q is lost (kept out of
+		 * circulation, counted as live) and the caller gets NULL. */
+		if (vmap_os_is_err(vmap_os_mmap(q, span, PROT_READ | PROT_WRITE,
+						MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+							MAP_NORESERVE,
+						-1, 0)))
+			return NULL;
 		return q; /* caller copies and frees p */
+	}
 	/* p is now zero-filled address space: straight back to free space. */
 	bool big = t & VMAP_TAG_BIG;
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
