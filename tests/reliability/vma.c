@@ -95,6 +95,14 @@ static void workload(struct tally *t, bool must_succeed)
 					for (size_t o = 0; o < keep && o < 64 && o + 1 < n; o++)
 						CHECK(c[o] == (unsigned char)(seed + o * 7),
 						      "realloc %zu -> %zu lost byte %zu", n, ups[k], o);
+					/* Every page of the kept part (rel_mark's byte per page),
+					 * and the old last byte when growing. */
+					for (size_t o = 4096; o < keep && o + 1 < n; o += 4096)
+						CHECK(c[o] == (unsigned char)(seed ^ (o >> 12)),
+						      "realloc %zu -> %zu lost page %zu", n, ups[k], o >> 12);
+					if (keep == n)
+						CHECK(c[n - 1] == (unsigned char)(seed * 3 + 1),
+						      "realloc %zu -> %zu lost the last byte", n, ups[k]);
 					p = q;
 					n = ups[k];
 					rel_mark(p, n, seed);
