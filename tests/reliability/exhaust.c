@@ -266,11 +266,13 @@ struct thr {
 static void *thread_fill(void *arg)
 {
 	struct thr *t = arg;
+	pthread_barrier_wait(t->bar); /* every thread exists before any fills */
 	t->r1 = fill_until_null(&t->f);
-	pthread_barrier_wait(t->bar);
+	pthread_barrier_wait(t->bar); /* the fills are simultaneous: nobody frees early */
 	verify_and_free(&t->f);
 	pthread_barrier_wait(t->bar);
 	t->r2 = fill_until_null(&t->f);
+	pthread_barrier_wait(t->bar);
 	verify_and_free(&t->f);
 	return NULL;
 }
@@ -313,17 +315,28 @@ int main(int argc, char **argv)
 		int n = argc > 2 ? atoi(argv[2]) : 8;
 		if (n < 1 || n > 64)
 			n = 8;
-		pthread_barrier_t bar;
-		pthread_barrier_init(&bar, NULL, (unsigned)n);
+		/* Every thread is created (small stacks: they need address space
+		 * too) before any of them fills; they free only when all are full. */
 		struct thr t[64];
 		size_t cap = cap_bytes(argc, argv, 3) / (size_t)n;
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setstacksize(&attr, 256 * KiB);
+		int started = 0;
+		pthread_barrier_t bar;
+		pthread_barrier_init(&bar, NULL, (unsigned)n);
 		for (int i = 0; i < n; i++) {
 			t[i] = (struct thr){.f = new_fill(0x9E3779B97F4A7C15ull * (uint64_t)(i + 1), cap),
 					    .bar = &bar};
-			CHECK(pthread_create(&t[i].t, NULL, thread_fill, &t[i]) == 0, "pthread_create");
+			if (pthread_create(&t[i].t, &attr, thread_fill, &t[i]) != 0)
+				break;
+			started++;
 		}
+		/* (A thread that cannot be created leaves the others at the first
+		 * barrier: the failed check ends the process.) */
+		CHECK(started == n, "only %d of %d threads could be created", started, n);
 		size_t r1 = 0, r2 = 0;
-		for (int i = 0; i < n; i++) {
+		for (int i = 0; i < started; i++) {
 			pthread_join(t[i].t, NULL);
 			r1 += t[i].r1;
 			r2 += t[i].r2;
