@@ -222,10 +222,9 @@ static int make_unmapped(uintptr_t a, uintptr_t e, bool attr)
 	size_t len = e - a;
 	if (attr) {
 		/* Reset protection/advice/locking with a fresh mapping first. */
-		void *m = vmap_os_mmap((void *)a, len, PROT_READ | PROT_WRITE,
-				       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-		if (vmap_os_is_err(m))
-			return vmap_os_err(m);
+		int rc = vmap_os_map_fresh((void *)a, len);
+		if (rc)
+			return rc;
 	}
 	if (vmap_guard_markers) {
 		int rc = vmap_os_madvise((void *)a, len, MADV_GUARD_INSTALL);
@@ -298,9 +297,7 @@ static int cut_foreign(struct vmap_region *r, struct piece *p, uintptr_t a, uint
 	int rc = vmap_os_munmap((void *)a, e - a);
 	if (rc)
 		return rc;
-	void *m = vmap_os_mmap((void *)a, e - a, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-	if (vmap_os_is_err(m))
+	if (vmap_os_map_fresh((void *)a, e - a))
 		return 0; /* a hole in the arena: it stays foreign (never reused) */
 	/* The placeholder must fault like the unmapped memory it stands for. */
 	if (make_unmapped(a, e, false))
@@ -722,8 +719,7 @@ static void *remap_fixed(struct vmap_region *r, struct piece *p, void *old, size
 	}
 	if (r && !(flags & MREMAP_DONTUNMAP) && p->kind == PIECE_MAPPED) {
 		/* The pages left this place: fill the hole, then it is unmapped. */
-		vmap_os_mmap(old, ol, PROT_READ | PROT_WRITE,
-			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		vmap_os_map_fresh(old, ol);
 		struct piece cur = piece_at(r, a);
 		cut_mapped(r, &cur, a, a + ol);
 	}
@@ -806,10 +802,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	if (vmap_os_is_err(m)) {
 		/* Kernels without MREMAP_DONTUNMAP, or a failure near the VMA
 		 * limit that may have unmapped part of q: map q again, then copy. */
-		if (vmap_os_is_err(vmap_os_mmap(q, moved, PROT_READ | PROT_WRITE,
-						MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
-							MAP_NORESERVE,
-						-1, 0)))
+		if (vmap_os_map_fresh(q, moved))
 			return (void *)(intptr_t)-ENOMEM;
 		memcpy(q, old, moved);
 	}

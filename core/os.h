@@ -45,6 +45,10 @@ int vmap_os_mincore(void *addr, size_t len, unsigned char *vec);
 /* process_madvise(PIDFD_SELF, iov, n, advice): bytes advised or -errno. */
 long vmap_os_madvise_batch(const void *iov, size_t n, int advice);
 
+/* Replaces [addr, addr+len) with a fresh RW + NORESERVE anonymous mapping
+ * (zero, no leftover protection, advice or lock): 0 or -errno. */
+int vmap_os_map_fresh(void *addr, size_t len);
+
 /* Reserve len bytes of address space, RW + NORESERVE (untouched pages are free). */
 void *vmap_os_reserve(size_t len, size_t align);
 

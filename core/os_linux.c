@@ -95,6 +95,13 @@ long vmap_os_madvise_batch(const void *iov, size_t n, int advice)
 	return SC(SYS_process_madvise, PIDFD_SELF, iov, n, advice, 0, 0);
 }
 
+int vmap_os_map_fresh(void *addr, size_t len)
+{
+	void *m = vmap_os_mmap(addr, len, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	return vmap_os_is_err(m) ? vmap_os_err(m) : 0;
+}
+
 void *vmap_os_reserve(size_t len, size_t align)
 {
 	size_t over = len + align;

@@ -754,10 +754,7 @@ void vmap_range_free(void *p, const char *who)
 		/* The program changed this block's protection or advice (a guard
 		 * page under a thread stack, MADV_DONTFORK...): a fresh mapping over
 		 * it restores plain read-write memory, zero-filled. */
-		if (!vmap_os_is_err(vmap_os_mmap(p, (size_t)bytes, PROT_READ | PROT_WRITE,
-						 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
-							 MAP_NORESERVE,
-						 -1, 0))) {
+		if (!vmap_os_map_fresh(p, (size_t)bytes)) {
 			vmap_shard_lock(owner);
 			vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
 						t & VMAP_TAG_BIG, now);
@@ -903,10 +900,7 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 		 * failing (near vm.max_map_count): map it again before the caller
 		 * copies into it; if even that fails, q is lost (kept out of
 		 * circulation, counted as live) and the caller gets NULL. */
-		if (vmap_os_is_err(vmap_os_mmap(q, span, PROT_READ | PROT_WRITE,
-						MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
-							MAP_NORESERVE,
-						-1, 0)))
+		if (vmap_os_map_fresh(q, span))
 			return NULL;
 		return q; /* caller copies and frees p */
 	}
