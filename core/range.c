@@ -334,32 +334,41 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 	vmap_run_set_locked(s, r, start, pages, state, big, now);
 }
 
-/* A run of list li that holds `pages` pages at `align`, or 0: the best fit
- * among the first runs of the exact bin, else the head of the first bin
- * whose every run is large enough (the smallest such bin). */
+/* A run of list li that holds `pages` pages at `align`, or 0.  The first
+ * runs of each bin that may hold the request once aligned (from the bin of
+ * `pages` to the bin of `pages` plus the worst-case alignment slack) are
+ * checked for a real fit, best fit first; failing that, the head of the
+ * smallest bin whose every run is large enough even at the worst alignment.
+ * An aligned request thus reuses resident runs that happen to fit instead of
+ * taking fresh memory whenever the slack would not fit. */
 static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align)
 {
 	uint64_t need = pages + (align > VMAP_PAGE ? (align >> VMAP_PAGE_SHIFT) - 1 : 0);
-	unsigned b = bin_of(need);
-	uintptr_t best = 0;
-	uint64_t best_m = UINT64_MAX;
-	int budget = 16;
-	for (uintptr_t a = s->free_bin[li][b]; a && budget-- > 0;) {
-		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
-		uint64_t m = vmap_tag_pages(e->tag);
-		uintptr_t al = (a + align - 1) & ~(uintptr_t)(align - 1);
-		if (m < best_m && al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
-			best = a;
-			best_m = m;
-			if (m == pages)
-				break;
+	unsigned hi = bin_of(need);
+	uint64_t mask = s->free_bin_mask[li];
+	for (unsigned b = bin_of(pages); b <= hi; b++) {
+		if (!(mask & (1ull << b)))
+			continue;
+		uintptr_t best = 0;
+		uint64_t best_m = UINT64_MAX;
+		int budget = 16;
+		for (uintptr_t a = s->free_bin[li][b]; a && budget-- > 0;) {
+			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+			uint64_t m = vmap_tag_pages(e->tag);
+			uintptr_t al = (a + align - 1) & ~(uintptr_t)(align - 1);
+			if (m < best_m && al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
+				best = a;
+				best_m = m;
+				if (m == pages)
+					break;
+			}
+			a = e->next;
 		}
-		a = e->next;
+		if (best)
+			return best;
 	}
-	if (best)
-		return best;
-	unsigned nb = bin_of(need) + 1;
-	uint64_t mask = nb < 64 ? s->free_bin_mask[li] & ~((1ull << nb) - 1) : 0;
+	unsigned nb = hi + 1;
+	mask = nb < 64 ? mask & ~((1ull << nb) - 1) : 0;
 	return mask ? s->free_bin[li][__builtin_ctzll(mask)] : 0;
 }
 
@@ -954,6 +963,7 @@ int vmap_range_init(void)
 	vmap_pool_exact = vmap_opt.pool_pages + 1;
 	vmap_lazy_max = vmap_opt.lazy_max ? vmap_opt.lazy_max
 					  : (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20);
+	vmap_lazy_limit = vmap_lazy_max;
 	vmap_counter_set_batch(vmap_lazy_max);
 	vmap_shards_bytes = ((size_t)vmap_nshards * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
 			    ~(VMAP_PAGE - 1);

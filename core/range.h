@@ -162,6 +162,7 @@ extern unsigned vmap_nregions;
 extern struct vmap_shard *vmap_shards;
 extern unsigned vmap_nshards;
 extern uint64_t vmap_lazy_max;
+extern uint64_t vmap_lazy_limit; /* the adaptive pressure limit (purge.c) */
 extern uint64_t vmap_pool_exact; /* areas of up to this many pages are pooled */
 
 /* [vmap_span_lo, vmap_span_hi) covers every region: one compare rejects the

@@ -430,7 +430,11 @@ static void write_text(struct vmap_buf *b, const struct figures *f)
 	line(b, "cached for reuse");
 	vmap_buf_bytes(b, V(cached_bytes));
 	vmap_buf_str(b, " (purged above ");
-	vmap_buf_bytes(b, vmap_lazy_max);
+	vmap_buf_bytes(b, vmap_lazy_limit);
+	if (vmap_lazy_limit != vmap_lazy_max) {
+		vmap_buf_str(b, ", raised from ");
+		vmap_buf_bytes(b, vmap_lazy_max);
+	}
 	if (vmap_opt.purge_delay_ms) {
 		vmap_buf_str(b, " or after ");
 		vmap_buf_u64(b, vmap_opt.purge_delay_ms);
@@ -594,6 +598,7 @@ static void write_json(struct vmap_buf *b, const struct figures *f)
 	kv(b, "mapped_bytes", V(mapped_bytes));
 	kv(b, "cached_bytes", V(cached_bytes));
 	kv(b, "lazy_max_bytes", vmap_lazy_max);
+	kv(b, "lazy_limit_bytes", vmap_lazy_limit);
 	kv(b, "purge_delay_ms", vmap_opt.purge_delay_ms);
 	key(b, "purge_advice");
 	vmap_buf_str(b, vmap_opt.purge_advice == VMAP_ADVICE_FREE ? "\"free\"" : "\"dontneed\"");

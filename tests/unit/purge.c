@@ -195,7 +195,7 @@ Test(purge, decay_takes_a_quarter_oldest_first)
 		vmap_range_free(p[i], "free");
 	/* 8 areas in cache, a limit of 9: one pressure pass brings the cache
 	 * under 3/4 of the limit by taking a quarter of the pool. */
-	vmap_lazy_max = 9 * AREA64K;
+	vmap_lazy_max = vmap_lazy_limit = 9 * AREA64K;
 	size_t released = vmap_range_purge(false);
 	cr_assert_eq(released, (size_t)(2 * AREA64K), "a quarter of 8 areas, rounded up");
 	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 6 * AREA64K);
@@ -212,7 +212,7 @@ Test(purge, decay_rounds_up_for_small_pools)
 	vmap_range_free(p, "free");
 	vmap_range_free(q, "free");
 	/* One area in each of two pools: (1 + 3) / 4 = 1 from each. */
-	vmap_lazy_max = VMAP_PAGE;
+	vmap_lazy_max = vmap_lazy_limit = VMAP_PAGE;
 	cr_assert(vmap_range_purge(false) > 0);
 	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
 }
@@ -240,6 +240,42 @@ Test(purge, pressure_purge_keeps_the_cache_under_lazy_max)
 	cr_assert_eq(ctr(VMAP_STAT_purges), purges);
 }
 
+Test(purge, pressure_limit_adapts_to_refaulting_and_decays_back)
+{
+	/* A delay of a minute: no age purge happens during the test by itself. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000",
+			     "VMAPALLOC_LAZY_MAX=1M", NULL};
+	range_setup(env);
+	cr_assert_eq(vmap_lazy_limit, MiB);
+	enum { N = 32 };
+	void *p[N];
+	for (int i = 0; i < N; i++)
+		p[i] = alloc_ok(128 * KiB); /* 33 pages each: 4.1 MiB in use */
+	for (int i = 0; i < N; i++) {
+		vmap_range_free(p[i], "free");
+		cr_assert(ctr(VMAP_STAT_cached_bytes) <= (int64_t)vmap_lazy_limit,
+			  "after free %d: %ld cached over the limit %lu", i,
+			  (long)ctr(VMAP_STAT_cached_bytes), (unsigned long)vmap_lazy_limit);
+	}
+	/* The first pressure purge ran; pressure again within the delay raised
+	 * the limit instead of purging again, never beyond twice what was in use. */
+	cr_assert(ctr(VMAP_STAT_lazy_limit_raised) >= 1);
+	cr_assert(ctr(VMAP_STAT_purges) >= 1 && ctr(VMAP_STAT_purges) <= 2, "%ld purges; raised %ld times",
+		  (long)ctr(VMAP_STAT_purges), (long)ctr(VMAP_STAT_lazy_limit_raised));
+	int64_t purges = ctr(VMAP_STAT_purges);
+	cr_assert(vmap_lazy_limit >= 2 * MiB, "limit %lu", (unsigned long)vmap_lazy_limit);
+	cr_assert(vmap_lazy_limit <= 2 * N * 33 * VMAP_PAGE, "limit %lu",
+		  (unsigned long)vmap_lazy_limit);
+	/* A delay without pressure: the limit halves, and the age purge returns
+	 * everything older than the delay. */
+	uint64_t raised = vmap_lazy_limit;
+	cr_assert(ctr(VMAP_STAT_cached_bytes) > 0);
+	vmap_purge_maybe(vmap_os_now_ns() + 61000000000ull);
+	cr_assert_eq(vmap_lazy_limit, raised / 2 > MiB ? raised / 2 : MiB);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+	cr_assert_eq(ctr(VMAP_STAT_purges), purges + 1);
+}
+
 Test(purge, pressure_purge_through_purge_maybe)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
@@ -251,7 +287,7 @@ Test(purge, pressure_purge_through_purge_maybe)
 	for (int i = 0; i < N; i++)
 		vmap_range_free(p[i], "free"); /* 4.25 MiB: under the default limit */
 	cr_assert_eq(ctr(VMAP_STAT_purges), 0);
-	vmap_lazy_max = MiB; /* the limit drops under the cache */
+	vmap_lazy_max = vmap_lazy_limit = MiB; /* the limit drops under the cache */
 	vmap_purge_maybe(vmap_os_now_ns());
 	cr_assert_eq(ctr(VMAP_STAT_purges), 1);
 	/* Rounds of a quarter (16, 12, 9, 7 areas), then the bound on rounds:
