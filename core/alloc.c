@@ -59,7 +59,7 @@ static bool vmap_thread_key_ok;
 static void thread_exit(void *arg)
 {
 	(void)arg;
-	vmap_counter_flush_local();
+	vmap_counter_thread_exit();
 	vmap_cache_thread_exit();
 	vmap_profile_thread_exit();
 }

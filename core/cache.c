@@ -43,6 +43,7 @@ struct vmap_tcache {
 	uint64_t bytes;
 	uint64_t pops;     /* allocations served since the last full drain */
 	bool consumer;     /* frees but does not allocate: cache nothing */
+	int home;          /* shard of the last refill: frees of its areas stay here */
 	uint16_t count[CACHE_MAX_PAGES + 1];
 	uintptr_t slot[]; /* per class: cap(class) entries at off(class) */
 };
@@ -96,6 +97,7 @@ static struct vmap_tcache *cache_create(void)
 		vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)cache_bytes_each);
 	}
 	tc->epoch = __atomic_load_n(&vmap_trim_epoch, __ATOMIC_RELAXED);
+	tc->home = -1;
 	return tc;
 }
 
@@ -131,7 +133,7 @@ static void drain_entries(uintptr_t *s, unsigned n, uint64_t now)
 	}
 	if (held)
 		vmap_shard_unlock(held);
-	vmap_stat_add_cpu(0, VMAP_STAT_thread_cached_bytes, -bytes);
+	vmap_stat_add_local(VMAP_STAT_thread_cached_bytes, -bytes);
 	vmap_stat_add_cpu(0, VMAP_STAT_cached_bytes, bytes);
 }
 
@@ -156,7 +158,7 @@ static inline void check_epoch(struct vmap_tcache *tc)
 	}
 }
 
-uintptr_t vmap_cache_pop(struct vmap_shard *s, uint64_t pages)
+uintptr_t vmap_cache_pop(uint64_t pages)
 {
 	if (pages > CACHE_MAX_PAGES)
 		return 0;
@@ -164,34 +166,52 @@ uintptr_t vmap_cache_pop(struct vmap_shard *s, uint64_t pages)
 	if (!tc)
 		return 0;
 	check_epoch(tc);
+	if (!tc->count[pages])
+		return 0;
 	tc->pops++;
 	tc->consumer = false;
+	uintptr_t a = tc->slot[cache_off[pages] + --tc->count[pages]];
+	tc->bytes -= pages << VMAP_PAGE_SHIFT;
+	return a;
+}
+
+uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages)
+{
+	if (pages > CACHE_MAX_PAGES)
+		return 0;
+	struct vmap_tcache *tc = cache_get();
+	if (!tc)
+		return 0;
+	tc->pops++;
+	tc->consumer = false;
+	/* This thread runs on s now: frees of s's areas may stay in the cache.
+	 * (A hint only: a stale home after a migration costs nothing wrong.) */
+	tc->home = (int)s->id;
+	if (!s->pool[pages].count)
+		return 0;
+	/* Half the capacity from this shard's pool, one lock hold. */
 	uintptr_t *slot = &tc->slot[cache_off[pages]];
-	if (!tc->count[pages]) {
-		/* Refill half the capacity from this shard's pool, one lock hold. */
-		unsigned want = cache_cap[pages] / 2;
-		vmap_shard_lock(s);
-		tc->count[pages] = (uint16_t)vmap_pool_pop_many_locked(s, (unsigned)pages, slot, want);
-		vmap_shard_unlock(s);
-		int64_t moved = (int64_t)tc->count[pages] * (int64_t)(pages << VMAP_PAGE_SHIFT);
-		tc->bytes += (uint64_t)moved;
-		vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes, -moved);
-		vmap_stat_add_cpu(s->id, VMAP_STAT_thread_cached_bytes, moved);
-		if (!tc->count[pages])
-			return 0;
-	}
+	unsigned want = cache_cap[pages] / 2;
+	vmap_shard_lock(s);
+	tc->count[pages] = (uint16_t)vmap_pool_pop_many_locked(s, (unsigned)pages, slot, want);
+	vmap_shard_unlock(s);
+	int64_t moved = (int64_t)tc->count[pages] * (int64_t)(pages << VMAP_PAGE_SHIFT);
+	tc->bytes += (uint64_t)moved;
+	vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes, -moved);
+	vmap_stat_add_local(VMAP_STAT_thread_cached_bytes, moved);
+	if (!tc->count[pages])
+		return 0;
 	uintptr_t a = slot[--tc->count[pages]];
 	tc->bytes -= pages << VMAP_PAGE_SHIFT;
 	return a;
 }
 
-bool vmap_cache_push(struct vmap_shard *here, struct vmap_shard *owner, uintptr_t a,
-		     uint64_t pages, uint64_t now)
+bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages)
 {
-	if (pages > CACHE_MAX_PAGES || owner != here)
+	if (pages > CACHE_MAX_PAGES)
 		return false;
 	struct vmap_tcache *tc = cache_get();
-	if (!tc || tc->consumer)
+	if (!tc || tc->consumer || (int)owner->id != tc->home)
 		return false;
 	check_epoch(tc);
 	uint64_t bytes = pages << VMAP_PAGE_SHIFT;
@@ -211,7 +231,7 @@ bool vmap_cache_push(struct vmap_shard *here, struct vmap_shard *owner, uintptr_
 		}
 		tc->pops = 0;
 		unsigned half = cache_cap[pages] / 2;
-		drain_entries(slot, half, now);
+		drain_entries(slot, half, vmap_os_now_ns());
 		for (unsigned i = half; i < cache_cap[pages]; i++)
 			slot[i - half] = slot[i];
 		tc->count[pages] = (uint16_t)(cache_cap[pages] - half);

@@ -10,13 +10,15 @@
 #include "range.h"
 
 void vmap_cache_init(unsigned ncpu);
-/* An area of exactly `pages` pages from this thread's cache (refilled from
- * shard s), or 0. */
-uintptr_t vmap_cache_pop(struct vmap_shard *s, uint64_t pages);
+/* An area of exactly `pages` pages from this thread's cache, or 0. */
+uintptr_t vmap_cache_pop(uint64_t pages);
+/* After a miss: refills the cache for `pages` from shard s (the shard of the
+ * CPU this thread runs on, which becomes its home) and pops one, or 0. */
+uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages);
 /* Keeps a freed area (tag already CACHED) in this thread's cache; false when
- * it must go to its owner shard instead. */
-bool vmap_cache_push(struct vmap_shard *here, struct vmap_shard *owner, uintptr_t a,
-		     uint64_t pages, uint64_t now);
+ * it must go to its owner shard instead (owner is not the thread's home, the
+ * thread is a consumer, or the cache is full by bytes). */
+bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages);
 /* At thread exit: drains the thread's cache for good. */
 void vmap_cache_thread_exit(void);
 /* malloc_trim: every thread drains its cache on its next call; this one now. */

@@ -88,7 +88,13 @@ void vmap_counter_flush_local(void)
 			vmap_local.n[i] = 0;
 		}
 	}
-	vmap_local.pending = 0;
+	vmap_local.budget = vmap_local.exited ? 0 : VMAP_LOCAL_BATCH;
+}
+
+void vmap_counter_thread_exit(void)
+{
+	vmap_local.exited = true;
+	vmap_counter_flush_local();
 }
 
 int64_t vmap_stat_read_approx(enum vmap_stat s)
@@ -98,8 +104,7 @@ int64_t vmap_stat_read_approx(enum vmap_stat s)
 
 int64_t vmap_stat_read(enum vmap_stat s)
 {
-	if (vmap_local.pending)
-		vmap_counter_flush_local();
+	vmap_counter_flush_local();
 	int64_t v = __atomic_load_n(&vmap_counter_base[s], __ATOMIC_RELAXED);
 	int64_t *slots = __atomic_load_n(&vmap_counter_slots, __ATOMIC_ACQUIRE);
 	if (slots)

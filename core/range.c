@@ -514,6 +514,7 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 		p->tail = a;
 	p->head = a;
 	p->count++;
+	s->pool_mask[pages >> 6] |= 1ull << (pages & 63);
 	s->cached_bytes += pages << VMAP_PAGE_SHIFT;
 }
 
@@ -529,7 +530,8 @@ void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
 		vmap_pte_of(vmap_region_of(e->next), e->next)->prev = e->prev;
 	else
 		p->tail = e->prev;
-	p->count--;
+	if (!--p->count)
+		s->pool_mask[cls >> 6] &= ~(1ull << (cls & 63));
 	s->cached_bytes -= vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT;
 }
 
@@ -585,9 +587,10 @@ static void pools_to_runs_locked(struct vmap_shard *s)
 {
 	if (!s->cached_bytes)
 		return;
-	for (unsigned c = 2; c < VMAP_NCLASSES; c++) {
-		struct vmap_pool *p = &s->pool[c];
-		while (p->count) {
+	for (unsigned w = 0; w < sizeof s->pool_mask / sizeof s->pool_mask[0]; w++)
+		while (s->pool_mask[w]) {
+			unsigned c = w * 64 + (unsigned)__builtin_ctzll(s->pool_mask[w]);
+			struct vmap_pool *p = &s->pool[c];
 			uintptr_t a = p->tail;
 			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 			uint64_t stamp = e->stamp, t = e->tag;
@@ -595,7 +598,6 @@ static void pools_to_runs_locked(struct vmap_shard *s)
 			vmap_free_insert_locked(s, a, vmap_tag_pages(t), VMAP_RUN_DIRTY, t & VMAP_TAG_BIG,
 						stamp);
 		}
-	}
 }
 
 /* pages: the whole area; tag: VMAP_TAG_MMAP for the program's mmap (no guard
@@ -656,21 +658,28 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 {
 	bool big;
-	unsigned cpu;
+	unsigned cpu = 0;
 	uint64_t pages = area_pages(size, &big);
 	if (!pages || !vmap_nregions)
 		return NULL;
 	size_t natural = big ? VMAP_BIG_MIN : VMAP_PAGE;
 	if (align < natural)
 		align = natural;
-	struct vmap_shard *s = vmap_shard_here(&cpu);
 	void *p;
 	uintptr_t a = 0;
-	enum vmap_stat from = VMAP_STAT_cached_bytes;
-	if (pages <= vmap_pool_exact) {
-		if (align == natural && (a = vmap_cache_pop(s, pages)))
-			from = VMAP_STAT_thread_cached_bytes;
-		if (!a && s->pool[pages].count) {
+	enum vmap_stat from = VMAP_STAT_thread_cached_bytes;
+	/* The thread's cache first: a hit needs neither the CPU nor a lock. */
+	if (pages <= vmap_pool_exact && align == natural)
+		a = vmap_cache_pop(pages);
+	struct vmap_shard *s = NULL;
+	if (!a) {
+		s = vmap_shard_here(&cpu);
+		if (pages <= vmap_pool_exact && align == natural)
+			a = vmap_cache_refill(s, pages);
+	}
+	if (!a && pages <= vmap_pool_exact) {
+		from = VMAP_STAT_cached_bytes;
+		if (s->pool[pages].count) {
 			/* Aligned requests take the pool head only if it happens to
 			 * be aligned (the kernel's vmap pools do the same). */
 			vmap_shard_lock(s);
@@ -686,8 +695,11 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 		/* A pooled area: resident, dirty, exactly this size. */
 		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 		publish_live(e, vmap_tag_shard(e->tag), pages, big);
-		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_hits, 1);
-		vmap_stat_add_cpu(cpu, from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
+		vmap_stat_add_local(VMAP_STAT_pool_hits, 1);
+		if (from == VMAP_STAT_thread_cached_bytes) /* (the purge does not read it) */
+			vmap_stat_add_local(from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
+		else
+			vmap_stat_add_cpu(cpu, from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
 		*zero = false;
 		p = (void *)a;
 	} else {
@@ -697,12 +709,13 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 			return NULL;
 	}
 	int64_t usable = (int64_t)((pages - 1) << VMAP_PAGE_SHIFT);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_allocs, 1);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, 1);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_allocated, usable);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, usable);
-	if (!vmap_counter_slots)
-		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use));
+	vmap_stat_add_local(VMAP_STAT_large_allocs, 1);
+	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, 1);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, usable);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, usable);
+	if (!vmap_counter_slots) /* (per-CPU mode notes the peak at folds) */
+		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
+				    vmap_local.n[VMAP_STAT_large_bytes_in_use]);
 #ifdef VMAP_DEBUG
 	if (!vmap_threads_seen) /* the model walk is for one thread only */
 		vmap_range_check();
@@ -744,6 +757,8 @@ static struct vmap_pte *live_pte(const void *p, const char *who, uint64_t *tag)
 	return e;
 }
 
+static __thread uint32_t vmap_cached_frees;
+
 void vmap_range_free(void *p, const char *who)
 {
 	uint64_t t;
@@ -753,12 +768,23 @@ void vmap_range_free(void *p, const char *who)
 	if (!__atomic_compare_exchange_n(&e->tag, &t, cached, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		invalid_pointer(who, p, t); /* lost a race with another free of p */
-	unsigned cpu;
-	struct vmap_shard *here = vmap_shard_here(&cpu);
 	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
-	uint64_t now = vmap_os_now_ns();
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
-	enum vmap_stat cached_stat = VMAP_STAT_cached_bytes;
+	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && vmap_cache_push(owner, (uintptr_t)p, pages)) {
+		/* In this thread's cache: outside the purge's reach and budget; no
+		 * CPU number, clock or lock needed.  The age purge is looked at on
+		 * every 64th such free (it is looked at on every other free). */
+		vmap_stat_add_local(VMAP_STAT_large_frees, 1);
+		vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
+		vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
+		vmap_stat_add_local(VMAP_STAT_thread_cached_bytes, bytes);
+		if (!(++vmap_cached_frees & 63))
+			vmap_purge_maybe(vmap_os_now_ns());
+		return;
+	}
+	unsigned cpu;
+	vmap_shard_here(&cpu);
+	uint64_t now = vmap_os_now_ns();
 	if (__builtin_expect(t & VMAP_TAG_ATTR, 0)) {
 		/* The program changed this block's protection or advice (a guard
 		 * page under a thread stack, MADV_DONTFORK...): a fresh mapping over
@@ -768,9 +794,9 @@ void vmap_range_free(void *p, const char *who)
 			vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
 						t & VMAP_TAG_BIG, now);
 			vmap_shard_unlock(owner);
-			vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
-			vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
-			vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
+			vmap_stat_add_local(VMAP_STAT_large_frees, 1);
+			vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
+			vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
 			return;
 		}
 		/* Could not reset it: keep it out of circulation rather than hand
@@ -784,9 +810,6 @@ void vmap_range_free(void *p, const char *who)
 		vmap_shard_lock(owner);
 		vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY, t & VMAP_TAG_BIG, now);
 		vmap_shard_unlock(owner);
-	} else if (vmap_cache_push(here, owner, (uintptr_t)p, pages, now)) {
-		/* In this thread's cache: outside the purge's reach and budget. */
-		cached_stat = VMAP_STAT_thread_cached_bytes;
 	} else {
 		vmap_shard_lock(owner);
 		/* A pool holds a few areas of its size (16/8/4 like the thread
@@ -800,10 +823,10 @@ void vmap_range_free(void *p, const char *who)
 						t & VMAP_TAG_BIG, now);
 		vmap_shard_unlock(owner);
 	}
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
-	vmap_stat_add_cpu(cpu, cached_stat, bytes);
+	vmap_stat_add_local(VMAP_STAT_large_frees, 1);
+	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
+	vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, bytes);
 #ifdef VMAP_DEBUG
 	if (!vmap_threads_seen) /* the model walk is for one thread only */
 		vmap_range_check();
@@ -863,10 +886,9 @@ bool vmap_range_resize(void *p, size_t size)
 			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
 					 __ATOMIC_RELEASE);
 			done = true;
-			unsigned cpu = vmap_os_cpu();
 			int64_t grown = (int64_t)(extra << VMAP_PAGE_SHIFT);
-			vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, grown);
-			vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_allocated, grown);
+			vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, grown);
+			vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, grown);
 		}
 	}
 	vmap_shard_unlock(s);
@@ -921,9 +943,9 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
 	vmap_free_insert_locked(s, (uintptr_t)p, pages, VMAP_RUN_ZERO, big, 0);
 	vmap_shard_unlock(s);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_frees, 1);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_blocks_in_use, -1);
-	vmap_stat_add_cpu(cpu, VMAP_STAT_large_bytes_in_use, -(int64_t)old_usable);
+	vmap_stat_add_local(VMAP_STAT_large_frees, 1);
+	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(int64_t)old_usable);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_realloc_moved_pages, 1);
 	*moved = true;
 	return q;

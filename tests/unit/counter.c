@@ -478,3 +478,34 @@ Test(counter, auto_ignores_a_thread_that_never_calls_the_allocator)
 	cr_assert_not(vmap_counter_is_percpu(), "a thread that never allocates does not switch");
 	cr_assert_eq(ctr(VMAP_STAT_counter_mode_switches), 0);
 }
+
+/* Per-thread deltas (vmap_stat_add_local): folded every VMAP_LOCAL_BATCH
+ * events, at the thread's exit, and at once for every event after it (glibc
+ * frees after the key destructors). */
+static void *local_adder(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < VMAP_LOCAL_BATCH + 5; i++)
+		vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, 3);
+	vmap_counter_thread_exit();
+	vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, 1000); /* after the exit hook */
+	return NULL;
+}
+
+Test(counter, local_deltas_fold_in_batches_at_exit_and_after)
+{
+	int64_t base = vmap_stat_read_approx(VMAP_STAT_large_bytes_allocated);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, local_adder, NULL), 0);
+	pthread_join(t, NULL);
+	cr_assert_eq(vmap_stat_read_approx(VMAP_STAT_large_bytes_allocated) - base,
+		     3 * (VMAP_LOCAL_BATCH + 5) + 1000);
+	/* This thread: fewer than a batch stay local until a read folds them. */
+	vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, 7);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, 7);
+	int64_t approx = vmap_stat_read_approx(VMAP_STAT_large_bytes_allocated) - base;
+	/* (a thread's first event folds at once: its budget starts at 0) */
+	cr_assert_eq(approx, 3 * (VMAP_LOCAL_BATCH + 5) + 1007);
+	cr_assert_eq(vmap_stat_read(VMAP_STAT_large_bytes_allocated) - base,
+		     3 * (VMAP_LOCAL_BATCH + 5) + 1014);
+}

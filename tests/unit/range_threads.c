@@ -66,6 +66,7 @@ static void *churn(void *argp)
 			vmap_range_purge(i % 128 == 0);
 		__atomic_add_fetch(&sh->ops, 1, __ATOMIC_RELAXED);
 	}
+	vmap_counter_thread_exit(); /* what the facade's thread-exit hook does */
 	return NULL;
 }
 
@@ -147,6 +148,7 @@ static void *free_half(void *argp)
 		;
 	for (unsigned i = 0; i < a->n; i++)
 		vmap_range_free(a->blocks[i], "free");
+	vmap_counter_thread_exit(); /* what the facade's thread-exit hook does */
 	return NULL;
 }
 
