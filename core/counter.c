@@ -28,6 +28,7 @@ int64_t vmap_counter_base[VMAP_STAT_COUNT];
 int64_t *vmap_counter_slots;
 unsigned vmap_counter_nslots = 1;
 int64_t vmap_counter_batch = 32 * 4096;
+bool vmap_counter_rseq;
 int64_t vmap_stat_peak_large_bytes;
 static uint64_t vmap_counter_switched_at;
 
@@ -67,6 +68,25 @@ void vmap_stat_reset_peak(void)
 {
 	__atomic_store_n(&vmap_stat_peak_large_bytes, vmap_stat_read(VMAP_STAT_large_bytes_in_use),
 			 __ATOMIC_RELAXED);
+}
+
+/* rseq mode: the slot may be written by a plain add on its CPU at any time,
+ * so it is never exchanged: its value moves to the base, then the same amount
+ * is taken off the slot of the CPU the thread now runs on (any slot will do:
+ * only the sum matters, and no update is lost or counted twice). */
+void vmap_counter_rseq_fold(int64_t *slot, enum vmap_stat s)
+{
+#ifdef VMAP_HAVE_RSEQ
+	int64_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+	int64_t now = __atomic_add_fetch(&vmap_counter_base[s], v, __ATOMIC_RELAXED);
+	if (!vmap_rseq_slot_add(vmap_counter_slots, s, -v))
+		__atomic_add_fetch(&vmap_counter_base[s], -v, __ATOMIC_RELAXED);
+	if (s == VMAP_STAT_large_bytes_in_use)
+		vmap_stat_note_peak(now);
+#else
+	(void)slot;
+	(void)s;
+#endif
 }
 
 void vmap_counter_fold(int64_t *slot, enum vmap_stat s)
@@ -123,6 +143,15 @@ bool vmap_counter_go_percpu(void)
 				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (vmap_os_is_err(block))
 		return false; /* stay atomic: correct, only slower under contention */
+#ifdef VMAP_HAVE_RSEQ
+	/* glibc's rseq registration: 0 when it failed or was turned off
+	 * (GLIBC_TUNABLES=glibc.pthread.rseq=0, valgrind).  A CPU number beyond
+	 * the slots (which count the CPUs we may run on) adds to the base.
+	 * Read here, not at init: the second thread exists, so libc's symbols
+	 * are relocated.  Set before the slots are published. */
+	if (__rseq_size >= 20)
+		__atomic_store_n(&vmap_counter_rseq, true, __ATOMIC_RELAXED);
+#endif
 	int64_t *expected = NULL;
 	if (!__atomic_compare_exchange_n(&vmap_counter_slots, &expected, block, false,
 					 __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {

@@ -3,9 +3,14 @@
  * has one thread, per-CPU slots once it has two (seed 001, DESIGN.md §4).
  *
  * Add:  atomic mode  -> one relaxed atomic add on the base.
- *       per-CPU mode -> one relaxed atomic add on this CPU's slot (its own cache
- *                       line per CPU); when |slot| reaches the batch, the slot is
- *                       exchanged with 0 and folded into the base atomically.
+ *       per-CPU mode -> where glibc registered rseq (x86-64): one plain add on
+ *                       the slot of the CPU the thread runs on, in a
+ *                       restartable sequence (the kernel restarts it if the
+ *                       thread is preempted, migrated or signalled before the
+ *                       add, which commits it), so no lock prefix; elsewhere
+ *                       one relaxed atomic add on the slot of the CPU hint.
+ *                       Slots have a cache line per CPU; when |slot| reaches
+ *                       the batch, it is folded into the base atomically.
  * The base is updated atomically in both modes, so no update is lost at the
  * switch.  Reads: approximate = base; exact = base + every slot.
  * The switch happens once, for all counters together, and never back.
@@ -30,8 +35,68 @@ extern int64_t vmap_counter_base[VMAP_STAT_COUNT];
 extern int64_t *vmap_counter_slots; /* NULL in atomic mode */
 extern unsigned vmap_counter_nslots;
 extern int64_t vmap_counter_batch;
+extern bool vmap_counter_rseq; /* per-CPU adds through rseq (set at the switch) */
 
 void vmap_counter_fold(int64_t *slot, enum vmap_stat s);
+void vmap_counter_rseq_fold(int64_t *slot, enum vmap_stat s);
+
+#if defined(__x86_64__) && __has_include(<sys/rseq.h>)
+#define VMAP_HAVE_RSEQ 1
+#include <sys/rseq.h>
+
+static inline struct rseq *vmap_rseq_area(void)
+{
+	char *tp;
+	__asm__("mov %%fs:0, %0" : "=r"(tp));
+	return (struct rseq *)(tp + __rseq_offset);
+}
+
+/*
+ * Adds d to slots[cpu * STRIDE + s] for the CPU the thread runs on, as a
+ * restartable sequence: the CPU number is checked inside the sequence and the
+ * single add instruction commits it; preemption, migration or a signal before
+ * it makes the kernel jump to the abort handler (after RSEQ_SIG, the signature
+ * glibc registered), which starts over.  Returns the slot, or NULL when the
+ * CPU number has no slot (the caller adds to the base instead).
+ */
+static inline int64_t *vmap_rseq_slot_add(int64_t *slots, enum vmap_stat s, int64_t d)
+{
+	struct rseq *rs = vmap_rseq_area();
+	for (;;) {
+		uint32_t cpu = __atomic_load_n(&rs->cpu_id_start, __ATOMIC_RELAXED);
+		if (__builtin_expect(cpu >= vmap_counter_nslots, 0))
+			return NULL;
+		int64_t *slot = &slots[cpu * VMAP_STAT_STRIDE + s];
+		__asm__ __volatile__ goto(
+			".pushsection __rseq_cs, \"aw\"\n\t"
+			".balign 32\n\t"
+			"3:\n\t"
+			".long 0x0, 0x0\n\t"
+			".quad 1f, (2f - 1f), 4f\n\t"
+			".popsection\n\t"
+			"leaq 3b(%%rip), %%rax\n\t"
+			"movq %%rax, %[cs]\n\t"
+			"1:\n\t"
+			"cmpl %[cpu], %[cpu_id]\n\t"
+			"jnz %l[abort]\n\t"
+			"addq %[d], (%[slot])\n\t"
+			"2:\n\t"
+			".pushsection __rseq_failure, \"ax\"\n\t"
+			".byte 0x0f, 0xb9, 0x3d\n\t"
+			".long 0x53053053\n\t"
+			"4:\n\t"
+			"jmp %l[abort]\n\t"
+			".popsection\n\t"
+			:
+			: [cpu] "r"(cpu), [cpu_id] "m"(rs->cpu_id), [cs] "m"(rs->rseq_cs),
+			  [slot] "r"(slot), [d] "er"(d)
+			: "memory", "cc", "rax"
+			: abort);
+		return slot;
+	abort:;
+	}
+}
+#endif
 
 /* Adds d to counter s; cpu is the caller's CPU hint (any value is correct). */
 static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
@@ -41,6 +106,19 @@ static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
 		__atomic_add_fetch(&vmap_counter_base[s], d, __ATOMIC_RELAXED);
 		return;
 	}
+#ifdef VMAP_HAVE_RSEQ
+	if (vmap_counter_rseq) {
+		int64_t *slot = vmap_rseq_slot_add(slots, s, d);
+		if (!slot) {
+			__atomic_add_fetch(&vmap_counter_base[s], d, __ATOMIC_RELAXED);
+			return;
+		}
+		int64_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+		if (__builtin_expect(v >= vmap_counter_batch || v <= -vmap_counter_batch, 0))
+			vmap_counter_rseq_fold(slot, s);
+		return;
+	}
+#endif
 	int64_t *slot = &slots[(cpu % vmap_counter_nslots) * VMAP_STAT_STRIDE + s];
 	int64_t v = __atomic_add_fetch(slot, d, __ATOMIC_RELAXED);
 	if (__builtin_expect(v >= vmap_counter_batch || v <= -vmap_counter_batch, 0))

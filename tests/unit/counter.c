@@ -120,7 +120,10 @@ Test(counter, percpu_small_adds_stay_in_slots_until_the_batch)
 	cr_assert_eq(vmap_stat_read_approx(C), b0, "below the batch nothing is folded");
 	cr_assert_eq(vmap_stat_read(C), b0 + 200);
 	vmap_stat_add_cpu(0, C, vmap_counter_batch);
-	cr_assert_eq(vmap_stat_read_approx(C), b0 + 100 + vmap_counter_batch, "the slot folded");
+	/* Through rseq both adds went to the slot of the CPU this runs on (the
+	 * hint is not used); otherwise to the hinted slots 0 and 1. */
+	int64_t with_first = vmap_counter_rseq ? 200 : 100;
+	cr_assert_eq(vmap_stat_read_approx(C), b0 + with_first + vmap_counter_batch, "the slot folded");
 	cr_assert_eq(vmap_stat_read(C), b0 + 200 + vmap_counter_batch);
 	vmap_stat_add_cpu(1, C, -vmap_counter_batch - 100);
 	cr_assert_eq(vmap_stat_read(C), b0 + 100);
@@ -508,4 +511,22 @@ Test(counter, local_deltas_fold_in_batches_at_exit_and_after)
 	cr_assert_eq(approx, 3 * (VMAP_LOCAL_BATCH + 5) + 1007);
 	cr_assert_eq(vmap_stat_read(VMAP_STAT_large_bytes_allocated) - base,
 		     3 * (VMAP_LOCAL_BATCH + 5) + 1014);
+}
+
+/* The per-CPU adds go through rseq exactly when glibc registered it (the
+ * meson test unit-counter-no-rseq runs this file with glibc.pthread.rseq=0). */
+Test(counter, percpu_mode_uses_rseq_when_glibc_registered_it)
+{
+	vmap_counter_init(2);
+	cr_assert(vmap_counter_go_percpu());
+	const char *tun = getenv("GLIBC_TUNABLES");
+	bool off = tun && strstr(tun, "glibc.pthread.rseq=0");
+#ifdef VMAP_HAVE_RSEQ
+	cr_assert_eq(vmap_counter_rseq, !off && __rseq_size >= 20);
+	if (!off)
+		cr_assert(vmap_counter_rseq, "rseq expected on this machine (kernel >= 4.18, glibc >= 2.35)");
+#else
+	(void)off;
+	cr_assert(!vmap_counter_rseq);
+#endif
 }
