@@ -66,9 +66,56 @@ static void thread_exit(void *arg)
 
 #define SMALL_ALIGN 16 /* alignof(max_align_t) */
 
+/*
+ * The arena, the shards and the thread caches are set up on the first request
+ * that needs them (a large block, a servable mmap), not at init: a process
+ * that makes only small allocations -- most processes of a shell script or a
+ * build -- reserves nothing, maps no shard and makes none of the set-up's
+ * system calls (bench/startup.py: issue 5).
+ */
+enum { RANGE_NONE, RANGE_BUSY, RANGE_DONE };
+static int vmap_range_state;
+static __thread bool vmap_tls_in_range_setup;
+
+__attribute__((noinline, cold)) static bool range_setup_slow(void)
+{
+	if (vmap_tls_in_range_setup)
+		return false; /* re-entered (a signal handler) during the set-up: glibc */
+	int expected = RANGE_NONE;
+	if (__atomic_compare_exchange_n(&vmap_range_state, &expected, RANGE_BUSY, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		vmap_tls_in_range_setup = true;
+		bool ok = vmap_range_init() == 0;
+		if (ok)
+			vmap_cache_init(vmap_os_ncpu());
+		else
+			vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
+				 "large allocations go to glibc", NULL);
+		__atomic_store_n(&vmap_range_ok, ok, __ATOMIC_RELEASE);
+		__atomic_store_n(&vmap_range_state, RANGE_DONE, __ATOMIC_RELEASE);
+		vmap_tls_in_range_setup = false;
+		return ok;
+	}
+	while (__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) != RANGE_DONE)
+		vmap_os_yield();
+	return __atomic_load_n(&vmap_range_ok, __ATOMIC_ACQUIRE);
+}
+
+static inline bool range_ready(void)
+{
+	if (__builtin_expect(__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == RANGE_DONE, 1))
+		return vmap_range_ok;
+	return range_setup_slow();
+}
+
+bool vmap_range_ready(void)
+{
+	return range_ready();
+}
+
 bool vmap_range_enabled(void)
 {
-	return vmap_range_ok;
+	return __atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == RANGE_DONE && vmap_range_ok;
 }
 
 /* ---- init -------------------------------------------------------------- */
@@ -138,13 +185,6 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	vmap_glibc_strict_aligned_alloc = glibc_at_least(2, 38);
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
-	int rc = vmap_range_init();
-	vmap_range_ok = rc == 0;
-	if (vmap_range_ok)
-		vmap_cache_init(vmap_os_ncpu());
-	if (!vmap_range_ok)
-		vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
-			 "large allocations go to glibc", NULL);
 	vmap_main_pid = vmap_os_getpid();
 	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
 	vmap_profile_init();
@@ -208,7 +248,7 @@ static inline void small_free(void *p)
 
 static bool is_large(size_t size)
 {
-	return size > vmap_opt.small_max && vmap_range_ok;
+	return size > vmap_opt.small_max && range_ready();
 }
 
 /* Range allocation with glibc as the fallback; NULL only when both refuse. */
@@ -396,7 +436,7 @@ static void *aligned(size_t align, size_t size)
 	} else if (align < VMAP_PAGE && !is_large(size)) {
 		count(VMAP_STAT_small_allocs);
 		p = vmap_libc.memalign(align, size);
-	} else if (vmap_range_ok) {
+	} else if (range_ready()) {
 		bool zero;
 		p = large_alloc(size, align, &zero);
 	} else {
@@ -531,6 +571,11 @@ int vmap_malloc_info(int options, FILE *fp)
 
 static void fork_prepare(void)
 {
+	/* Another thread setting up the arena finishes first (the child could
+	 * not: it would wait for it forever). */
+	while (!vmap_tls_in_range_setup &&
+	       __atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == RANGE_BUSY)
+		vmap_os_yield();
 	vmap_purge_fork_prepare();
 	vmap_range_fork_prepare();
 	vmap_cache_fork_prepare();

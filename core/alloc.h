@@ -30,6 +30,7 @@ int vmap_malloc_info(int options, FILE *fp);
 /* Life cycle. */
 void vmap_init(void);            /* idempotent; every entry point calls it */
 void vmap_at_exit(void);         /* the destructor: the report */
-bool vmap_range_enabled(void);   /* false when no arena could be reserved */
+bool vmap_range_enabled(void);   /* the arena is set up (does not set it up) */
+bool vmap_range_ready(void);     /* sets the arena up if need be; false if it cannot be had */   /* false when no arena could be reserved */
 
 #endif

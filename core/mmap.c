@@ -478,7 +478,8 @@ static void *map_into_arena(void *addr, size_t len, int prot, int flags, int fd,
 
 void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	if (!vmap_opt.mmap || !vmap_range_enabled()) {
+	if (!vmap_opt.mmap || !(vmap_range_enabled() || (servable(addr, len, prot, flags, fd, off) &&
+							  vmap_range_ready()))) {
 		count(VMAP_STAT_mmap_passed, 1);
 		return vmap_os_mmap(addr, len, prot, flags, fd, off);
 	}

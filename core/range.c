@@ -70,7 +70,7 @@ bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c
 static unsigned vmap_moves;
 #define VMAP_MAX_MOVES 4096 /* <= 8192 extra VMAs of the process's 65530 */
 struct vmap_shard *vmap_shards;
-unsigned vmap_nshards = 1;
+unsigned vmap_nshards; /* 0 until the shards are mapped */
 uint64_t vmap_lazy_max;
 static struct vmap_lock vmap_global_lock = VMAP_LOCK_INIT;
 uint64_t vmap_pool_exact;
@@ -980,22 +980,23 @@ int vmap_range_init(void)
 	unsigned n = vmap_opt.shards ? (unsigned)vmap_opt.shards : ncpu;
 	if (n > VMAP_MAX_SHARDS)
 		n = VMAP_MAX_SHARDS;
-	vmap_nshards = n ? n : 1;
+	n = n ? n : 1;
 	/* POOL_PAGES counts usable pages; areas carry one more, the guard. */
 	vmap_pool_exact = vmap_opt.pool_pages + 1;
 	vmap_lazy_max = vmap_opt.lazy_max ? vmap_opt.lazy_max
 					  : (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20);
 	vmap_lazy_limit = vmap_lazy_max;
 	vmap_counter_set_batch(vmap_lazy_max);
-	vmap_shards_bytes = ((size_t)vmap_nshards * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
+	vmap_shards_bytes = ((size_t)n * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
 			    ~(VMAP_PAGE - 1);
 	void *sh = vmap_os_mmap(NULL, vmap_shards_bytes, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (vmap_os_is_err(sh))
-		return vmap_os_err(sh);
+		return vmap_os_err(sh); /* (no shards: nothing for fork or purge to walk) */
 	vmap_shards = sh;
-	for (unsigned i = 0; i < vmap_nshards; i++)
+	for (unsigned i = 0; i < n; i++)
 		vmap_shards[i].id = i;
+	vmap_nshards = n;
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)vmap_shards_bytes);
 	vmap_reserve_size = fit_reservation(vmap_opt.reserve);
 	if (vmap_reserve_size < REGION_FLOOR)

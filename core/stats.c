@@ -429,6 +429,10 @@ static void write_text(struct vmap_buf *b, const struct figures *f)
 	}
 	line(b, "cached for reuse");
 	vmap_buf_bytes(b, V(cached_bytes));
+	if (!vmap_range_enabled()) {
+		vmap_buf_str(b, " (no arena yet: set up on the first large block or served mmap)");
+		goto reserved;
+	}
 	vmap_buf_str(b, " (purged above ");
 	vmap_buf_bytes(b, vmap_lazy_limit);
 	if (vmap_lazy_limit != vmap_lazy_max) {
@@ -441,6 +445,7 @@ static void write_text(struct vmap_buf *b, const struct figures *f)
 		vmap_buf_str(b, " ms");
 	}
 	vmap_buf_char(b, ')');
+reserved:
 	line(b, "address space reserved");
 	vmap_buf_bytes(b, V(mapped_bytes));
 	vmap_buf_str(b, " in ");

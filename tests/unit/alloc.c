@@ -46,7 +46,9 @@ static void env_setup(const char *const *vars)
 		setenv(buf, eq + 1, 1);
 	}
 	vmap_init();
-	cr_assert(vmap_range_enabled(), "the arena could be reserved");
+	cr_assert(!vmap_range_enabled(), "the arena is set up on the first large request only");
+	cr_assert(vmap_range_ready(), "the arena could be reserved");
+	cr_assert(vmap_range_enabled());
 }
 
 static void setup(void)
@@ -492,4 +494,27 @@ Test(alloc, threads_through_the_facade, .init = setup, .timeout = 120)
 	}
 	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
 	cr_assert_eq(ctr(VMAP_STAT_malloc_calls), 8 * 2000);
+}
+
+/* Lazy set-up (issue 5): small allocations reserve nothing and map no shard;
+ * the first large one sets the arena up. */
+Test(alloc, small_only_process_reserves_nothing)
+{
+	setenv("VMAPALLOC_PURGE_DELAY_MS", "0", 1);
+	vmap_init();
+	void *p[64];
+	for (int i = 0; i < 64; i++)
+		cr_assert_not_null(p[i] = vmap_malloc(16 + (size_t)i * 100));
+	for (int i = 0; i < 64; i++)
+		vmap_free(p[i]);
+	cr_assert(!vmap_range_enabled());
+	cr_assert_null(vmap_shards);
+	cr_assert_eq(vmap_nshards, 0);
+	cr_assert_eq(vmap_nregions, 0);
+	void *big = vmap_malloc(1 << 20);
+	cr_assert_not_null(big);
+	cr_assert(vmap_range_enabled());
+	cr_assert(vmap_range_owns(big));
+	cr_assert(vmap_nregions >= 1 && vmap_nshards >= 1);
+	vmap_free(big);
 }

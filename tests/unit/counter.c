@@ -340,7 +340,9 @@ static void facade_setup(const char *counter)
 	if (counter)
 		setenv("VMAPALLOC_COUNTER", counter, 1);
 	vmap_init();
-	cr_assert(vmap_range_enabled(), "the arena could be reserved");
+	cr_assert(!vmap_range_enabled(), "the arena is set up on the first large request only");
+	cr_assert(vmap_range_ready(), "the arena could be reserved");
+	cr_assert(vmap_range_enabled());
 }
 
 Test(counter, option_values_parse)
