@@ -13,7 +13,7 @@
  *     (bench random: 64 MiB cached, 128 MiB live, 30 faults per operation,
  *     for 4% less RSS than not purging), so the limit doubles instead, up to
  *     twice the bytes the program has in use; a delay without pressure halves it
- *     back.  Age still returns whatever waits longer than the delay;
+ *     back.  A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no growth.  Age still returns whatever waits longer than the delay;
  *   - or cached areas have waited longer than VMAPALLOC_PURGE_DELAY_MS: those
  *     (and only those) are released, checked at most once per delay;
  *   - or malloc_trim()/vmapalloc_purge() asks for everything.
@@ -272,8 +272,8 @@ static int64_t vmap_purge_futile_at = -1;
 static bool limit_grows(int64_t cached, uint64_t now)
 {
 	uint64_t window = vmap_opt.purge_delay_ms * 1000000ull;
-	if (!window)
-		return false;
+	if (!window || vmap_opt.lazy_max)
+		return false; /* a LAZY_MAX the user set is a hard cap */
 	uint64_t last = __atomic_load_n(&vmap_pressure_ns, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_pressure_ns, now, __ATOMIC_RELAXED);
 	if (!last || now - last > window)

@@ -243,10 +243,9 @@ Test(purge, pressure_purge_keeps_the_cache_under_lazy_max)
 Test(purge, pressure_limit_adapts_to_refaulting_and_decays_back)
 {
 	/* A delay of a minute: no age purge happens during the test by itself. */
-	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000",
-			     "VMAPALLOC_LAZY_MAX=1M", NULL};
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000", NULL};
 	range_setup(env);
-	cr_assert_eq(vmap_lazy_limit, MiB);
+	vmap_lazy_max = vmap_lazy_limit = MiB; /* the automatic limit, made small */
 	enum { N = 32 };
 	void *p[N];
 	for (int i = 0; i < N; i++)
@@ -274,6 +273,25 @@ Test(purge, pressure_limit_adapts_to_refaulting_and_decays_back)
 	cr_assert_eq(vmap_lazy_limit, raised / 2 > MiB ? raised / 2 : MiB);
 	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
 	cr_assert_eq(ctr(VMAP_STAT_purges), purges + 1);
+}
+
+Test(purge, a_lazy_max_set_by_the_user_is_a_hard_cap)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000",
+			     "VMAPALLOC_LAZY_MAX=1M", NULL};
+	range_setup(env);
+	enum { N = 32 };
+	void *p[N];
+	for (int i = 0; i < N; i++)
+		p[i] = alloc_ok(128 * KiB);
+	for (int i = 0; i < N; i++) {
+		vmap_range_free(p[i], "free");
+		cr_assert(ctr(VMAP_STAT_cached_bytes) <= (int64_t)MiB, "after free %d: %ld cached", i,
+			  (long)ctr(VMAP_STAT_cached_bytes));
+	}
+	cr_assert_eq(vmap_lazy_limit, MiB);
+	cr_assert_eq(ctr(VMAP_STAT_lazy_limit_raised), 0);
+	cr_assert(ctr(VMAP_STAT_purges) >= 2, "pressure purged again instead of raising the limit");
 }
 
 Test(purge, pressure_purge_through_purge_maybe)
