@@ -25,9 +25,14 @@
  *                readers — the report, also from a signal handler — take no
  *                lock.  Record 0 collects what did not fit (table full).
  *   site_index[] open addressing by stack hash -> record number.
- *   stripes[]    the live table: pointer -> (site, weighted bytes, count),
- *                64 stripes by pointer hash, each its own lock and its own
- *                growable open-addressing array (tombstones, rehash at 3/4).
+ *   stripes[]    the live table of sampled blocks outside the arena (small
+ *                ones, and large ones glibc served when the arena refused):
+ *                pointer -> (site, weighted bytes, count), 64 stripes by
+ *                pointer hash, each its own lock and its own growable
+ *                open-addressing array (tombstones, rehash at 3/4).
+ *   a live large block's or served mapping's site is not in a table: it is
+ *                kept in the block's own page-table entry (see "arena
+ *                blocks" below), so recording and forgetting it is O(1).
  *   vmap_profile_filter[]  a saturating counter per hash of the sampled small
  *                pointers now live, so that free() of the other 99.9% of
  *                small blocks costs one load.
@@ -101,7 +106,7 @@ struct vmap_site {
 struct live_entry {
 	uintptr_t key; /* 0 empty, 1 tombstone */
 	uint32_t site;
-	uint32_t filtered; /* counted in vmap_profile_filter */
+	uint32_t unused;
 	int64_t bytes;
 	int64_t count;
 };
@@ -441,6 +446,128 @@ void vmap_profile_thread_exit(void)
 		batch_flush(&vmap_profile_batch);
 }
 
+/* ---- arena blocks: the site in the page-table entry --------------------- */
+
+/*
+ * A live large block or served mapping has a page-table entry at its head
+ * whose next, prev and stamp the range allocator leaves alone while the block
+ * is live (range.h): the profile keeps the block's record there, so that
+ * recording and forgetting it take no table, hash or lock:
+ *
+ *   prev  = PTE_SITE | site id   (bit 63: a link is an arena address or 0)
+ *   stamp = weighted bytes        next = weighted count (x COUNT_ONE)
+ *
+ * Written once the block is published live (the program owns it; nothing
+ * else reads those words then), consumed — prev back to 0 — while it is still
+ * live, before free/realloc/munmap give it back: so a pte that returns to a
+ * pool or a free run, or becomes the interior of a merged run, never carries
+ * a site, and a block allocated before the profile started (or while this
+ * thread was recording) carries none either.  A served mapping that munmap()
+ * splits hands its record to the pieces that remain (vmap_profile_mmap_cut).
+ */
+#define PTE_SITE (1ull << 63)
+
+static inline void pte_note(struct vmap_pte *e, uint32_t id, int64_t bytes, int64_t count)
+{
+	e->stamp = (uint64_t)bytes;
+	e->next = (uintptr_t)count;
+	__atomic_store_n(&e->prev, (uintptr_t)(PTE_SITE | id), __ATOMIC_RELAXED);
+}
+
+/* Takes the record of the block whose head entry is e (if it has one) off its
+ * site's live figures. */
+static void pte_forget(struct vmap_pte *e)
+{
+	uintptr_t w = __atomic_load_n(&e->prev, __ATOMIC_RELAXED);
+	if (!(w & PTE_SITE))
+		return;
+	__atomic_store_n(&e->prev, 0, __ATOMIC_RELAXED);
+	struct vmap_profile_tls *t = &vmap_profile_tls;
+	if (t->busy) { /* a signal handler freeing in the middle of a record */
+		vmap_stat_inc_local(VMAP_STAT_profile_skipped);
+		return;
+	}
+	t->busy = 1;
+	site_delta((uint32_t)w, 0, 0, -(int64_t)e->stamp, -(int64_t)e->next, 0);
+	t->busy = 0;
+}
+
+static inline struct vmap_pte *pte_at(uintptr_t a)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	return r ? vmap_pte_of(r, a) : NULL;
+}
+
+/*
+ * munmap of [a, e) inside the served mapping [head, end), shard lock held,
+ * before the tags change.  The site's live figures lose the bytes cut; a
+ * piece that remains keeps (or, at e, takes over) the record; when both sides
+ * remain, the right one is one more live mapping of the site.  Served
+ * mappings are never sampled: their bytes are exact, so a piece's bytes are
+ * its size.
+ */
+void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e)
+{
+	struct vmap_pte *h = pte_at(head);
+	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	if (!(w & PTE_SITE))
+		return;
+	struct vmap_profile_tls *t = &vmap_profile_tls;
+	bool left = a > head, right = e < end;
+	int64_t cut = (int64_t)(e - a), count = 0;
+	if (!left)
+		__atomic_store_n(&h->prev, 0, __ATOMIC_RELAXED);
+	else
+		h->stamp = a - head;
+	if (right)
+		pte_note(pte_at(e), (uint32_t)w, (int64_t)(end - e), COUNT_ONE);
+	if (!left && !right)
+		count = -(int64_t)h->next;
+	else if (left && right)
+		count = COUNT_ONE;
+	if (t->busy) {
+		vmap_stat_inc_local(VMAP_STAT_profile_skipped);
+		return;
+	}
+	t->busy = 1;
+	site_delta((uint32_t)w, 0, 0, -cut, count, 0);
+	t->busy = 0;
+}
+
+/* mremap grew the served mapping at head in place by bytes. */
+void vmap_profile_mmap_grow(uintptr_t head, size_t bytes)
+{
+	struct vmap_pte *h = pte_at(head);
+	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	struct vmap_profile_tls *t = &vmap_profile_tls;
+	if (!(w & PTE_SITE) || t->busy)
+		return;
+	h->stamp += bytes;
+	t->busy = 1;
+	site_delta((uint32_t)w, (int64_t)bytes, 0, (int64_t)bytes, 0, 0);
+	t->busy = 0;
+}
+
+/* mremap moved pages of the mapping at head to a new served mapping q of len
+ * bytes (the old pages are cut after, through vmap_profile_mmap_cut): q is one
+ * more live mapping of the same site, added bytes more allocated. */
+void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t added)
+{
+	struct vmap_pte *h = pte_at(head), *n = pte_at(q);
+	if (!n)
+		return; /* the kernel's */
+	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	struct vmap_profile_tls *t = &vmap_profile_tls;
+	if (!(w & PTE_SITE) || t->busy) {
+		__atomic_store_n(&n->prev, 0, __ATOMIC_RELAXED);
+		return;
+	}
+	pte_note(n, (uint32_t)w, (int64_t)len, COUNT_ONE);
+	t->busy = 1;
+	site_delta((uint32_t)w, (int64_t)added, 0, (int64_t)len, COUNT_ONE, 0);
+	t->busy = 0;
+}
+
 /* ---- the live table ---------------------------------------------------- */
 
 static void stripe_lock(struct stripe *st)
@@ -544,14 +671,13 @@ static struct live_entry *stripe_find_locked(struct stripe *st, uintptr_t p, uin
 static void entry_drop_locked(struct stripe *st, struct live_entry *e)
 {
 	site_delta(e->site, 0, 0, -e->bytes, -e->count, 0);
-	if (e->filtered)
-		filter_dec(vmap_profile_filter_slot((void *)e->key));
+	filter_dec(vmap_profile_filter_slot((void *)e->key));
 	e->key = KEY_TOMB;
 	st->used--;
 	st->tombs++;
 }
 
-static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count, bool filtered)
+static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count)
 {
 	uint64_t h = ptr_hash(p);
 	struct stripe *st = stripe_of(h);
@@ -573,10 +699,9 @@ static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count
 		i = (i + 1) & (st->cap - 1);
 	if (st->e[i].key == KEY_TOMB)
 		st->tombs--;
-	st->e[i] = (struct live_entry){p, site, filtered, bytes, count};
+	st->e[i] = (struct live_entry){p, site, 0, bytes, count};
 	st->used++;
-	if (filtered)
-		filter_inc(vmap_profile_filter_slot((void *)p));
+	filter_inc(vmap_profile_filter_slot((void *)p));
 	stripe_unlock(st);
 	return true;
 }
@@ -584,9 +709,17 @@ static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count
 void vmap_profile_forget(void *ptr)
 {
 	struct vmap_profile_tls *t = &vmap_profile_tls;
-	if (!vmap_profile_on || t->busy)
+	if (!vmap_profile_on)
 		return;
 	uintptr_t p = (uintptr_t)ptr;
+	struct vmap_region *r = vmap_region_of(p);
+	if (r) {
+		if (!(p & (VMAP_PAGE - 1))) /* else not a block: free() will say so */
+			pte_forget(vmap_pte_of(r, p));
+		return;
+	}
+	if (t->busy)
+		return;
 	uint64_t h = ptr_hash(p);
 	struct stripe *st = stripe_of(h);
 	if (!__atomic_load_n(&st->used, __ATOMIC_RELAXED))
@@ -739,8 +872,11 @@ void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t
 		id = site_get(frames, n, kind);
 		scache_note(ra, cfa, id, frames, n);
 	}
-	bool filtered = !vmap_region_of((uintptr_t)p);
-	if (live_insert((uintptr_t)p, id, bytes, count, filtered)) {
+	struct vmap_region *r = vmap_region_of((uintptr_t)p);
+	if (r) {
+		pte_note(vmap_pte_of(r, (uintptr_t)p), id, bytes, count);
+		site_delta(id, bytes, count, bytes, count, 1);
+	} else if (live_insert((uintptr_t)p, id, bytes, count)) {
 		site_delta(id, bytes, count, bytes, count, 1);
 	} else { /* its free could not be seen: count it, but not as live */
 		site_delta(id, bytes, count, 0, 0, 1);

@@ -9,9 +9,9 @@
  * and, when it is on, a per-thread byte countdown for small blocks (inline
  * below) so that only one small allocation in about PROFILE_SAMPLE bytes
  * leaves the fast path; every large block (and every mmap served from the
- * arena) is recorded.  A free of a pointer that cannot have been recorded
- * (outside the arena, and not in the filter of sampled small pointers) costs
- * one load.
+ * arena) is recorded, in its own page-table entry (profile.c).  A free of a
+ * pointer that cannot have been recorded (outside the arena, and not in the
+ * filter of sampled small pointers) costs one load.
  */
 #ifndef VMAP_PROFILE_H
 #define VMAP_PROFILE_H
@@ -64,6 +64,15 @@ void vmap_profile_init(void);
  * as an address inside vmapalloc, only disables the cache). */
 void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t cfa);
 void vmap_profile_forget(void *p);
+
+/* Served mappings (mmap.c), whose record lives in their head's page-table
+ * entry: munmap of [a, e) from the mapping [head, end) (shard lock held,
+ * before the tags change); mremap growing one in place; mremap moving pages
+ * of one to the new served mapping q (len bytes, added of them new), before
+ * the old pages are cut. */
+void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e);
+void vmap_profile_mmap_grow(uintptr_t head, size_t bytes);
+void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t added);
 
 /* After a successful allocation of size bytes at p. */
 __attribute__((always_inline)) static inline void vmap_profile_alloc(void *p, size_t size, int kind)

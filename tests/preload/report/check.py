@@ -211,6 +211,19 @@ def scenario(name, d):
         for f in sigs:
             s = load(f)
             ok(s["when"] == "signal" and s["approximate"], f"{f}: not a signal report")
+    elif name == "mmap":
+        # Served mappings keep their site through munmap splits and mremap;
+        # every page is exact (mappings are never sampled).
+        r = report(d, o["pid"])
+        ok(r["counters"]["mmap_served"] >= 6, f"mappings not served: {r['counters']['mmap_served']}")
+        s = site(r["profile"]["by_bytes"], "map_pages", "mmap")
+        if ok(s is not None, "map_pages is not an mmap site in by_bytes"):
+            ok(s["live_bytes"] == e["live_pages"] * 4096,
+               f"live {s['live_bytes'] // 4096} pages, want {e['live_pages']}")
+            ok(s["live_count"] == e["live_count"], f"live count {s['live_count']}, want {e['live_count']}")
+            ok(s["bytes"] == e["pages"] * 4096, f"allocated {s['bytes'] // 4096} pages, want {e['pages']}")
+            ok(s["count"] == e["count"], f"count {s['count']}, want {e['count']}")
+            ok(not s["estimated"], "an mmap site marked estimated")
     elif name == "api":
         r = load(os.path.join(d, "api.json"))
         ok(r["when"] == "request", "api report when != request")

@@ -26,6 +26,8 @@ ownhandler)
     run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K VMAPALLOC_STATS_SIGNAL=USR2 -- ownhandler ;;
 signal)
     run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_STATS_SIGNAL=USR2 -- signal ;;
+mmap)
+    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_MMAP=1 -- mmap ;;
 sampling)
     run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=64K -- sampling ;;
 threads)
