@@ -211,6 +211,22 @@ def scenario(name, d):
         for f in sigs:
             s = load(f)
             ok(s["when"] == "signal" and s["approximate"], f"{f}: not a signal report")
+    elif name == "large_sampling":
+        # Large blocks sampled every 1 MiB on average: a 256 KiB block with
+        # p = 1 - e^-1/4 = 22%, ~1770 samples of 8000 (sd 2.1%).
+        r = report(d, o["pid"])
+        check_figures(r, e, pid=o["pid"])
+        p = r["profile"]
+        ok(p["large_sample_bytes"] == MiB, f"large_sample_bytes {p['large_sample_bytes']}")
+        s = site(p["by_bytes"], "main", "large")
+        if ok(s is not None, "the sampled large site is not in by_bytes"):
+            n = e["large_allocs"]
+            ok(s["estimated"], "a sampled large site is not marked estimated")
+            ok(0.2 * n < s["samples"] < 0.25 * n, f"{s['samples']} samples of {n} blocks, want ~22%")
+            ok(0.9 * e["large_asked"] <= s["bytes"] <= 1.1 * e["large_asked"],
+               f"estimated {s['bytes']} bytes, allocated {e['large_asked']}")
+            ok(0.9 * n <= s["count"] <= 1.1 * n, f"estimated {s['count']} blocks, allocated {n}")
+            ok(s["live_count"] == 0 and s["live_bytes"] == 0, f"freed blocks still live: {s['live_bytes']}")
     elif name == "mmap":
         # Served mappings keep their site through munmap splits and mremap;
         # every page is exact (mappings are never sampled).

@@ -11,7 +11,8 @@
  * sampling (many small blocks of one size from one site), threads (4 threads,
  * small and large blocks, signals to itself meanwhile), api (the report
  * through vmapalloc_stats_print, malloc_info, counters), mmap (served
- * mappings from one site cut by munmap and resized/moved by mremap), plain
+ * mappings from one site cut by munmap and resized/moved by mremap),
+ * large_sampling (many 256 KiB blocks from one site, all freed), plain
  * (almost nothing: for the destination tests).
  *
  * Prints one JSON object on stdout: what it did ("expect"), its pid, and the
@@ -267,6 +268,18 @@ int main(int argc, char **argv)
 		void *p = p_malloc(128 * KiB);
 		touch(p, 128 * KiB);
 		p_free(p);
+		return 0;
+	}
+	if (!strcmp(mode, "large_sampling")) {
+		/* 8000 blocks of 256 KiB from one site, all freed. */
+		for (int i = 0; i < 8000; i++) {
+			void *q = p_malloc(256 * KiB);
+			touch(q, 256 * KiB);
+			p_free(q);
+		}
+		ex.large_allocs += 8000, ex.large_frees += 8000, ex.mallocs += 8000, ex.frees += 8000;
+		ex.large_asked += 8000 * 256 * KiB;
+		print_expect(mode, 0);
 		return 0;
 	}
 	if (!strcmp(mode, "mmap")) {
