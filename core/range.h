@@ -153,6 +153,9 @@ struct vmap_pool {
 
 struct vmap_shard {
 	struct vmap_lock lock;
+	/* Counted by vmap_shard_lock with the lock held (plain stores, beside
+	 * the lock word: no extra cache line), read by the report without it. */
+	uint64_t lock_acquisitions, lock_contended;
 	unsigned id;
 	uint64_t free_bin_mask[VMAP_RUN_LISTS]; /* bit b set = bin b non-empty */
 	uintptr_t free_bin[VMAP_RUN_LISTS][VMAP_FREE_BINS];

@@ -94,6 +94,11 @@ def check_figures(r, e, when="exit", pid=None, parent=0):
         ok(all(k in row for k in ("cached_bytes", "pooled_areas", "free_zero_bytes", "free_dirty_bytes")),
            f"shard row keys {sorted(row)}")
     ok(0 <= r["thread_cache_bytes"] <= r["cached_bytes"], "thread_cache_bytes > cached_bytes")
+    # Per-shard lock counts add up to the global ones (one thread: exact).
+    for mine, total in (("lock_acquisitions", "shard_lock_acquisitions"), ("lock_contended", "shard_lock_contended")):
+        ok(sum(row[mine] for row in r["shard_table"]) == c[total],
+           f"shards' {mine} sum {sum(row[mine] for row in r['shard_table'])} != {total} {c[total]}")
+    ok(c["shard_lock_acquisitions"] > 0, "no shard lock acquisitions counted")
     pooled = sum(row["pooled_areas"] for row in r["shard_table"])
     ok(sum(s["areas"] for s in r["size_table"]) == pooled, "size_table areas != pooled areas of the shards")
     if when == "signal":
