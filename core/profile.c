@@ -81,8 +81,17 @@
 #include "os.h"
 
 #ifdef VMAP_HAVE_LIBUNWIND
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
+#include "backend.h"
+
+/*
+ * libunwind is not a dependency of libvmapalloc.so (DT_NEEDED would load it,
+ * ~0.1 ms, into every process, profiled or not): vmap_profile_start() dlopen()s
+ * it when VMAPALLOC_PROFILE=1, from the library's constructor, and finds
+ * unw_backtrace with backend.c's GNU-hash lookup (no dlsym).  RTLD_LOCAL: its
+ * own `backtrace` stays out of the program's global scope.
+ */
+#define UNWIND_SONAME "libunwind.so.8"
+static int (*unw_backtrace_fn)(void **, int);
 #endif
 
 #define DEPTH 24       /* frames kept per site (heaptrack: shorter stacks unwind much faster) */
@@ -167,7 +176,26 @@ void vmap_profile_init(void)
 	}
 	mean_bytes = vmap_opt.profile_sample ? vmap_opt.profile_sample : 1;
 	large_mean = vmap_opt.profile_large_sample;
+#ifndef VMAP_HAVE_LIBUNWIND
+	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_RELEASE); /* frame pointers: nothing to load */
+#endif
+}
+
+void vmap_profile_start(void)
+{
+#ifdef VMAP_HAVE_LIBUNWIND
+	if (!vmap_opt.profile || vmap_profile_on || !sites || !site_index)
+		return;
+	void *h = dlopen(UNWIND_SONAME, RTLD_NOW | RTLD_LOCAL);
+	unw_backtrace_fn = h ? (int (*)(void **, int))vmap_elf_symbol(UNWIND_SONAME, "unw_backtrace")
+			     : NULL;
+	if (!unw_backtrace_fn) {
+		vmap_say("VMAPALLOC_PROFILE: could not load " UNWIND_SONAME " (libunwind); no profile",
+			 NULL, NULL);
+		return;
+	}
 	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_RELEASE);
+#endif
 }
 
 /* ---- sampling arithmetic (no libm in the core) ------------------------- */
@@ -308,7 +336,7 @@ __attribute__((noinline)) static unsigned capture(uintptr_t *out, uintptr_t ra)
 		__atomic_store_n(&self_known, 1, __ATOMIC_RELEASE);
 	}
 #ifdef VMAP_HAVE_LIBUNWIND
-	int n = unw_backtrace(raw, CAPTURE);
+	int n = unw_backtrace_fn(raw, CAPTURE);
 #else
 	int n = fp_walk(raw, CAPTURE);
 #endif

@@ -60,7 +60,11 @@ static inline unsigned vmap_profile_filter_slot(const void *p)
 			  (64 - VMAP_PROFILE_FILTER_BITS));
 }
 
+/* At init: maps the tables.  With libunwind, profiling starts only when
+ * vmap_profile_start() (the library's constructor: dlopen may allocate) has
+ * loaded it; blocks allocated before are not profiled. */
 void vmap_profile_init(void);
+void vmap_profile_start(void);
 /* Out of line: the sample (backtrace, aggregation) and the forget.  ra and
  * cfa are the return address and call frame of the function the hook is
  * inlined in: the program's call site when that function was entered by a
