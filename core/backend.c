@@ -9,7 +9,10 @@
  * (non-hidden) version is taken.  This reaches glibc's definitions even though
  * this library exports the same names (__libc_malloc, malloc_usable_size...).
  *
- * Called by: alloc.c (init).
+ * The same lookup serves profile.c for libunwind, which it dlopen()s (from
+ * the library's constructor, never inside malloc) only when it profiles.
+ *
+ * Called by: alloc.c (init), profile.c (vmap_elf_symbol).
  */
 #include "backend.h"
 
@@ -23,6 +26,7 @@
 struct vmap_libc vmap_libc;
 
 struct elf_tables {
+	const char *want; /* the object's file name */
 	uintptr_t base;
 	const ElfW(Sym) *symtab;
 	const char *strtab;
@@ -30,25 +34,28 @@ struct elf_tables {
 	const ElfW(Half) *versym;
 };
 
-static bool name_is_libc(const char *name)
+static bool str_eq(const char *a, const char *b)
 {
-	/* ".../libc.so.6" */
+	while (*a && *a == *b)
+		a++, b++;
+	return *a == *b;
+}
+
+/* ".../want" */
+static bool name_is(const char *name, const char *want)
+{
 	const char *last = name;
 	for (const char *p = name; *p; p++)
 		if (*p == '/')
 			last = p + 1;
-	const char *want = "libc.so.6";
-	for (int i = 0; want[i]; i++)
-		if (last[i] != want[i])
-			return false;
-	return last[9] == '\0';
+	return str_eq(last, want);
 }
 
-static int find_libc(struct dl_phdr_info *info, size_t size, void *data)
+static int find_object(struct dl_phdr_info *info, size_t size, void *data)
 {
 	(void)size;
 	struct elf_tables *t = data;
-	if (!info->dlpi_name || !name_is_libc(info->dlpi_name))
+	if (!info->dlpi_name || !name_is(info->dlpi_name, t->want))
 		return 0;
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
@@ -80,13 +87,6 @@ static uint32_t gnu_hash(const char *s)
 	return h;
 }
 
-static bool str_eq(const char *a, const char *b)
-{
-	while (*a && *a == *b)
-		a++, b++;
-	return *a == *b;
-}
-
 static void *lookup(const struct elf_tables *t, const char *name)
 {
 	const uint32_t *ht = t->gnu_hash;
@@ -110,10 +110,22 @@ static void *lookup(const struct elf_tables *t, const char *name)
 	}
 }
 
+static bool find(const char *object, struct elf_tables *t)
+{
+	*t = (struct elf_tables){.want = object};
+	return dl_iterate_phdr(find_object, t) && t->symtab && t->strtab && t->gnu_hash;
+}
+
+void *vmap_elf_symbol(const char *object, const char *name)
+{
+	struct elf_tables t;
+	return find(object, &t) ? lookup(&t, name) : NULL;
+}
+
 int vmap_backend_init(void)
 {
-	struct elf_tables t = {0};
-	if (!dl_iterate_phdr(find_libc, &t) || !t.symtab || !t.strtab || !t.gnu_hash) {
+	struct elf_tables t;
+	if (!find("libc.so.6", &t)) {
 		vmap_say("cannot find glibc's libc.so.6 and its symbol tables; ",
 			 "vmapalloc needs a dynamically linked glibc program", NULL);
 		return -1;

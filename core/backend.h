@@ -32,4 +32,10 @@ enum vmap_backend { VMAP_BACKEND_LIBC = 0 };
 /* Resolves glibc's functions; 0, or -1 after printing why. */
 int vmap_backend_init(void);
 
+/* The default-version definition of `name` in the loaded object whose file
+ * name is `object` (its last path component, e.g. "libunwind.so.8"), found
+ * with its GNU hash table as for glibc; NULL if either is not there.  For
+ * profile.c, which loads libunwind only when it profiles. */
+void *vmap_elf_symbol(const char *object, const char *name);
+
 #endif

@@ -253,8 +253,6 @@ static int cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintp
 	uint64_t t = p->tag;
 	unsigned state = VMAP_RUN_GUARDED;
 	int rc = -1;
-	if (__builtin_expect(vmap_profile_on, 0) && a == p->head)
-		vmap_profile_forget((void *)a); /* the profile keys a mapping by its start */
 	if (!(t & VMAP_TAG_ATTR) && e - a <= vmap_lazy_max / 4 &&
 	    __atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED) <= PROTECTED_RUNS_MAX) {
 		rc = vmap_os_mprotect((void *)a, e - a, PROT_NONE);
@@ -272,6 +270,8 @@ static int cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintp
 	bool big = t & VMAP_TAG_BIG;
 	uint64_t keep = t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR);
 	vmap_shard_lock(s);
+	if (__builtin_expect(vmap_profile_on, 0)) /* its record follows the pieces left */
+		vmap_profile_mmap_cut(p->head, p->end, a, e);
 	struct vmap_pte *h = vmap_pte_of(r, p->head);
 	uint64_t left = (a - p->head) >> VMAP_PAGE_SHIFT, right = (p->end - e) >> VMAP_PAGE_SHIFT;
 	__atomic_store_n(&h->tag,
@@ -476,6 +476,32 @@ static void *map_into_arena(void *addr, size_t len, int prot, int flags, int fd,
 	return m;
 }
 
+/* A new served mapping of len bytes, zero-filled; NULL when the arena is full. */
+static void *serve(size_t len, int flags)
+{
+	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	uint64_t pages = rounded >> VMAP_PAGE_SHIFT;
+	/* Served mappings stay out of the THP chunks: the kernel gives an
+	 * anonymous mapping no huge pages in THP "madvise" mode either, and
+	 * 2 MiB alignment was measured to defeat reuse of lazily unmapped
+	 * runs (mmap cycles of 64 KiB-4 MiB: half the calls faulted fresh
+	 * memory; without it, none). */
+	bool big = false, zero;
+	unsigned cpu;
+	struct vmap_shard *s = vmap_shard_here(&cpu);
+	vmap_shard_lock(s);
+	void *p = vmap_alloc_carve(s, cpu, pages, big, VMAP_PAGE, &zero, VMAP_TAG_MMAP);
+	if (!p)
+		return NULL;
+	if (!zero)
+		memset(p, 0, rounded);
+	else if (flags & MAP_POPULATE)
+		vmap_os_madvise(p, rounded, 23 /* MADV_POPULATE_WRITE */);
+	count(VMAP_STAT_mmap_served, 1);
+	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)rounded);
+	return p;
+}
+
 void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	if (!vmap_opt.mmap || !(vmap_range_enabled() || (servable(addr, len, prot, flags, fd, off) &&
@@ -484,27 +510,11 @@ void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 		return vmap_os_mmap(addr, len, prot, flags, fd, off);
 	}
 	if (servable(addr, len, prot, flags, fd, off)) {
-		size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
-		uint64_t pages = rounded >> VMAP_PAGE_SHIFT;
-		/* Served mappings stay out of the THP chunks: the kernel gives an
-		 * anonymous mapping no huge pages in THP "madvise" mode either, and
-		 * 2 MiB alignment was measured to defeat reuse of lazily unmapped
-		 * runs (mmap cycles of 64 KiB-4 MiB: half the calls faulted fresh
-		 * memory; without it, none). */
-		bool big = false, zero;
-		unsigned cpu;
-		struct vmap_shard *s = vmap_shard_here(&cpu);
-		vmap_shard_lock(s);
-		void *p = vmap_alloc_carve(s, cpu, pages, big, VMAP_PAGE, &zero, VMAP_TAG_MMAP);
+		void *p = serve(len, flags);
 		if (p) {
-			if (!zero)
-				memset(p, 0, rounded);
-			else if (flags & MAP_POPULATE)
-				vmap_os_madvise(p, rounded, 23 /* MADV_POPULATE_WRITE */);
-			count(VMAP_STAT_mmap_served, 1);
-			count(VMAP_STAT_mmap_bytes_in_use, (int64_t)rounded);
 			if (__builtin_expect(vmap_profile_on, 0))
-				vmap_profile_alloc(p, rounded, VMAP_PROFILE_MMAP);
+				vmap_profile_alloc(p, (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1),
+						   VMAP_PROFILE_MMAP);
 			return p;
 		}
 		/* Arena exhausted: the kernel may still have room. */
@@ -678,6 +688,8 @@ static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra
 		memset((void *)end, 0, bytes);
 	}
 	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)bytes);
+	if (__builtin_expect(vmap_profile_on, 0))
+		vmap_profile_mmap_grow(p->head, bytes);
 	return true;
 }
 
@@ -795,9 +807,18 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	 * kernel's), or a new served mapping. */
 	if (flags & MREMAP_FIXED)
 		return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
-	void *q = vmap_mmap(NULL, nl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* The new mapping is the old one moved: the profile keeps its site
+	 * rather than record the mremap as a new allocation. */
+	void *q = serve(nl, 0);
+	if (!q) {
+		count(VMAP_STAT_mmap_passed, 1);
+		q = vmap_os_mmap(NULL, nl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	}
 	if (vmap_os_is_err(q))
 		return q;
+	if (__builtin_expect(vmap_profile_on, 0))
+		vmap_profile_mmap_moved(p.head, (uintptr_t)q, nl,
+					(flags & MREMAP_DONTUNMAP) ? nl : nl > ol ? nl - ol : 0);
 	size_t moved = ol < nl ? ol : nl;
 	void *m = vmap_os_mremap(old, moved, moved, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
 	if (vmap_os_is_err(m)) {

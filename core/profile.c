@@ -1,11 +1,15 @@
 /*
  * profile.c — allocation sites (VMAPALLOC_PROFILE=1), aggregated by call stack.
  *
- * What is recorded: every large block (range allocator) and every program
- * mmap() served from the arena, exactly; small blocks by geometric sampling
+ * What is recorded: every program mmap() served from the arena, exactly;
+ * small blocks, and large blocks (range allocator), by geometric sampling
  * (tcmalloc, jemalloc): each thread counts down an exponentially distributed
- * number of bytes (mean PROFILE_SAMPLE) and the allocation that crosses zero
- * is sampled.  A block of s bytes is then sampled with probability
+ * number of bytes (mean PROFILE_SAMPLE for small blocks, PROFILE_LARGE_SAMPLE
+ * for large ones, two countdowns) and the allocation that crosses zero
+ * is sampled.  PROFILE_LARGE_SAMPLE=0 records every large block, exactly: the
+ * stack cache below makes a record ~290 instructions and an unwind ~1350,
+ * against ~3500 for a 256 KiB malloc/touch/free, so recording all of them
+ * costs ~8% there (issue 6 wants < 2%).  A block of s bytes is then sampled with probability
  * p = 1 - exp(-s / SAMPLE), so it stands for 1/p blocks and s/p bytes: the
  * figures of small sites are unbiased estimates.
  *
@@ -25,9 +29,14 @@
  *                readers — the report, also from a signal handler — take no
  *                lock.  Record 0 collects what did not fit (table full).
  *   site_index[] open addressing by stack hash -> record number.
- *   stripes[]    the live table: pointer -> (site, weighted bytes, count),
- *                64 stripes by pointer hash, each its own lock and its own
- *                growable open-addressing array (tombstones, rehash at 3/4).
+ *   stripes[]    the live table of sampled blocks outside the arena (small
+ *                ones, and large ones glibc served when the arena refused):
+ *                pointer -> (site, weighted bytes, count), 64 stripes by
+ *                pointer hash, each its own lock and its own growable
+ *                open-addressing array (tombstones, rehash at 3/4).
+ *   a live large block's or served mapping's site is not in a table: it is
+ *                kept in the block's own page-table entry (see "arena
+ *                blocks" below), so recording and forgetting it is O(1).
  *   vmap_profile_filter[]  a saturating counter per hash of the sampled small
  *                pointers now live, so that free() of the other 99.9% of
  *                small blocks costs one load.
@@ -72,8 +81,17 @@
 #include "os.h"
 
 #ifdef VMAP_HAVE_LIBUNWIND
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
+#include "backend.h"
+
+/*
+ * libunwind is not a dependency of libvmapalloc.so (DT_NEEDED would load it,
+ * ~0.1 ms, into every process, profiled or not): vmap_profile_start() dlopen()s
+ * it when VMAPALLOC_PROFILE=1, from the library's constructor, and finds
+ * unw_backtrace with backend.c's GNU-hash lookup (no dlsym).  RTLD_LOCAL: its
+ * own `backtrace` stays out of the program's global scope.
+ */
+#define UNWIND_SONAME "libunwind.so.8"
+static int (*unw_backtrace_fn)(void **, int);
 #endif
 
 #define DEPTH 24       /* frames kept per site (heaptrack: shorter stacks unwind much faster) */
@@ -101,7 +119,7 @@ struct vmap_site {
 struct live_entry {
 	uintptr_t key; /* 0 empty, 1 tombstone */
 	uint32_t site;
-	uint32_t filtered; /* counted in vmap_profile_filter */
+	uint32_t unused;
 	int64_t bytes;
 	int64_t count;
 };
@@ -124,6 +142,7 @@ static uint32_t nsites; /* records 1..nsites are published */
 static struct vmap_lock site_lock = VMAP_LOCK_INIT;
 static struct stripe stripes[STRIPES];
 static uint64_t mean_bytes;
+static uint64_t large_mean; /* 0: every large block */
 static uint64_t profile_mapped; /* bytes of our tables, for the report */
 static uintptr_t self_lo, self_hi; /* libvmapalloc.so's own code: frames to drop */
 static char program[256];          /* argv[0] at init */
@@ -156,7 +175,27 @@ void vmap_profile_init(void)
 		return;
 	}
 	mean_bytes = vmap_opt.profile_sample ? vmap_opt.profile_sample : 1;
+	large_mean = vmap_opt.profile_large_sample;
+#ifndef VMAP_HAVE_LIBUNWIND
+	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_RELEASE); /* frame pointers: nothing to load */
+#endif
+}
+
+void vmap_profile_start(void)
+{
+#ifdef VMAP_HAVE_LIBUNWIND
+	if (!vmap_opt.profile || vmap_profile_on || !sites || !site_index)
+		return;
+	void *h = dlopen(UNWIND_SONAME, RTLD_NOW | RTLD_LOCAL);
+	unw_backtrace_fn = h ? (int (*)(void **, int))vmap_elf_symbol(UNWIND_SONAME, "unw_backtrace")
+			     : NULL;
+	if (!unw_backtrace_fn) {
+		vmap_say("VMAPALLOC_PROFILE: could not load " UNWIND_SONAME " (libunwind); no profile",
+			 NULL, NULL);
+		return;
+	}
 	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_RELEASE);
+#endif
 }
 
 /* ---- sampling arithmetic (no libm in the core) ------------------------- */
@@ -184,12 +223,17 @@ static double ln(double x)
 	union { double d; uint64_t u; } v = {x};
 	int e = (int)((v.u >> 52) & 0x7ff) - 1023;
 	v.u = (v.u & ((1ull << 52) - 1)) | (1023ull << 52);
-	double z = (v.d - 1) / (v.d + 1), z2 = z * z, term = z, sum = 0;
-	for (int k = 1; k < 24; k += 2) { /* |z| <= 1/3: 12 terms, < 1e-12 */
-		sum += term / k;
-		term *= z2;
-	}
-	return e * 0.69314718055994530942 + 2 * sum;
+	double z = (v.d - 1) / (v.d + 1), z2 = z * z;
+	/* |z| <= 1/3: six terms of the series leave < 1e-7, plenty for a
+	 * sampling distance (twelve, with a division each, made a sample
+	 * cost ~380 instructions). */
+	double sum = 1.0 / 11;
+	sum = 1.0 / 9 + z2 * sum;
+	sum = 1.0 / 7 + z2 * sum;
+	sum = 1.0 / 5 + z2 * sum;
+	sum = 1.0 / 3 + z2 * sum;
+	sum = 1 + z2 * sum;
+	return e * 0.69314718055994530942 + 2 * z * sum;
 }
 
 /* 1 - exp(-x) for x >= 0, accurate for small x too. */
@@ -200,21 +244,22 @@ static double one_minus_exp_neg(double x)
 	if (x > 40)
 		return 1;
 	int k = (int)(x / 0.69314718055994530942);
-	double r = x - k * 0.69314718055994530942, term = 1, sum = 1;
-	for (int i = 1; i < 16; i++) { /* exp(-r), r in [0, ln 2) */
-		term *= -r / i;
-		sum += term;
-	}
+	double r = -(x - k * 0.69314718055994530942), sum = 1.0 / 3628800;
+	/* exp(-r), r in [0, ln 2): Horner over 1/n! to n = 10 (< 1e-8). */
+	static const double inv_fact[10] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120,
+					    1.0 / 720, 1.0 / 5040, 1.0 / 40320, 1.0 / 362880};
+	for (int i = 9; i >= 0; i--)
+		sum = inv_fact[i] + r * sum;
 	union { double d; uint64_t u; } two = {0};
 	two.u = (uint64_t)(1023 - k) << 52; /* 2^-k, k <= 58 */
 	return 1 - sum * two.d;
 }
 
-/* An exponential draw with mean mean_bytes: -ln(U) * mean, U in (0, 1]. */
-static int64_t next_countdown(struct vmap_profile_tls *t)
+/* An exponential draw with mean `mean` bytes: -ln(U) * mean, U in (0, 1]. */
+static int64_t next_countdown(struct vmap_profile_tls *t, uint64_t mean)
 {
 	double u = (double)((rng_next(t) >> 11) + 1) * (1.0 / 9007199254740992.0);
-	double d = -ln(u) * (double)mean_bytes;
+	double d = -ln(u) * (double)mean;
 	return d < 1 ? 1 : d > 4e18 ? (int64_t)4e18 : (int64_t)d;
 }
 
@@ -291,7 +336,7 @@ __attribute__((noinline)) static unsigned capture(uintptr_t *out, uintptr_t ra)
 		__atomic_store_n(&self_known, 1, __ATOMIC_RELEASE);
 	}
 #ifdef VMAP_HAVE_LIBUNWIND
-	int n = unw_backtrace(raw, CAPTURE);
+	int n = unw_backtrace_fn(raw, CAPTURE);
 #else
 	int n = fp_walk(raw, CAPTURE);
 #endif
@@ -441,6 +486,128 @@ void vmap_profile_thread_exit(void)
 		batch_flush(&vmap_profile_batch);
 }
 
+/* ---- arena blocks: the site in the page-table entry --------------------- */
+
+/*
+ * A live large block or served mapping has a page-table entry at its head
+ * whose next, prev and stamp the range allocator leaves alone while the block
+ * is live (range.h): the profile keeps the block's record there, so that
+ * recording and forgetting it take no table, hash or lock:
+ *
+ *   prev  = PTE_SITE | site id   (bit 63: a link is an arena address or 0)
+ *   stamp = weighted bytes        next = weighted count (x COUNT_ONE)
+ *
+ * Written once the block is published live (the program owns it; nothing
+ * else reads those words then), consumed — prev back to 0 — while it is still
+ * live, before free/realloc/munmap give it back: so a pte that returns to a
+ * pool or a free run, or becomes the interior of a merged run, never carries
+ * a site, and a block allocated before the profile started (or while this
+ * thread was recording) carries none either.  A served mapping that munmap()
+ * splits hands its record to the pieces that remain (vmap_profile_mmap_cut).
+ */
+#define PTE_SITE VMAP_PROFILE_PTE_SITE
+
+static inline void pte_note(struct vmap_pte *e, uint32_t id, int64_t bytes, int64_t count)
+{
+	e->stamp = (uint64_t)bytes;
+	e->next = (uintptr_t)count;
+	__atomic_store_n(&e->prev, (uintptr_t)(PTE_SITE | id), __ATOMIC_RELAXED);
+}
+
+/* Takes the record of the block whose head entry is e (if it has one) off its
+ * site's live figures. */
+static void pte_forget(struct vmap_pte *e)
+{
+	uintptr_t w = __atomic_load_n(&e->prev, __ATOMIC_RELAXED);
+	if (!(w & PTE_SITE))
+		return;
+	__atomic_store_n(&e->prev, 0, __ATOMIC_RELAXED);
+	struct vmap_profile_tls *t = &vmap_profile_tls;
+	if (t->busy) { /* a signal handler freeing in the middle of a record */
+		vmap_stat_inc_local(VMAP_STAT_profile_skipped);
+		return;
+	}
+	t->busy = 1;
+	site_delta((uint32_t)w, 0, 0, -(int64_t)e->stamp, -(int64_t)e->next, 0);
+	t->busy = 0;
+}
+
+static inline struct vmap_pte *pte_at(uintptr_t a)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	return r ? vmap_pte_of(r, a) : NULL;
+}
+
+/*
+ * munmap of [a, e) inside the served mapping [head, end), shard lock held,
+ * before the tags change.  The site's live figures lose the bytes cut; a
+ * piece that remains keeps (or, at e, takes over) the record; when both sides
+ * remain, the right one is one more live mapping of the site.  Served
+ * mappings are never sampled: their bytes are exact, so a piece's bytes are
+ * its size.
+ */
+void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e)
+{
+	struct vmap_pte *h = pte_at(head);
+	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	if (!(w & PTE_SITE))
+		return;
+	struct vmap_profile_tls *t = &vmap_profile_tls;
+	bool left = a > head, right = e < end;
+	int64_t cut = (int64_t)(e - a), count = 0;
+	if (!left)
+		__atomic_store_n(&h->prev, 0, __ATOMIC_RELAXED);
+	else
+		h->stamp = a - head;
+	if (right)
+		pte_note(pte_at(e), (uint32_t)w, (int64_t)(end - e), COUNT_ONE);
+	if (!left && !right)
+		count = -(int64_t)h->next;
+	else if (left && right)
+		count = COUNT_ONE;
+	if (t->busy) {
+		vmap_stat_inc_local(VMAP_STAT_profile_skipped);
+		return;
+	}
+	t->busy = 1;
+	site_delta((uint32_t)w, 0, 0, -cut, count, 0);
+	t->busy = 0;
+}
+
+/* mremap grew the served mapping at head in place by bytes. */
+void vmap_profile_mmap_grow(uintptr_t head, size_t bytes)
+{
+	struct vmap_pte *h = pte_at(head);
+	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	struct vmap_profile_tls *t = &vmap_profile_tls;
+	if (!(w & PTE_SITE) || t->busy)
+		return;
+	h->stamp += bytes;
+	t->busy = 1;
+	site_delta((uint32_t)w, (int64_t)bytes, 0, (int64_t)bytes, 0, 0);
+	t->busy = 0;
+}
+
+/* mremap moved pages of the mapping at head to a new served mapping q of len
+ * bytes (the old pages are cut after, through vmap_profile_mmap_cut): q is one
+ * more live mapping of the same site, added bytes more allocated. */
+void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t added)
+{
+	struct vmap_pte *h = pte_at(head), *n = pte_at(q);
+	if (!n)
+		return; /* the kernel's */
+	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	struct vmap_profile_tls *t = &vmap_profile_tls;
+	if (!(w & PTE_SITE) || t->busy) {
+		__atomic_store_n(&n->prev, 0, __ATOMIC_RELAXED);
+		return;
+	}
+	pte_note(n, (uint32_t)w, (int64_t)len, COUNT_ONE);
+	t->busy = 1;
+	site_delta((uint32_t)w, (int64_t)added, 0, (int64_t)len, COUNT_ONE, 0);
+	t->busy = 0;
+}
+
 /* ---- the live table ---------------------------------------------------- */
 
 static void stripe_lock(struct stripe *st)
@@ -544,14 +711,13 @@ static struct live_entry *stripe_find_locked(struct stripe *st, uintptr_t p, uin
 static void entry_drop_locked(struct stripe *st, struct live_entry *e)
 {
 	site_delta(e->site, 0, 0, -e->bytes, -e->count, 0);
-	if (e->filtered)
-		filter_dec(vmap_profile_filter_slot((void *)e->key));
+	filter_dec(vmap_profile_filter_slot((void *)e->key));
 	e->key = KEY_TOMB;
 	st->used--;
 	st->tombs++;
 }
 
-static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count, bool filtered)
+static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count)
 {
 	uint64_t h = ptr_hash(p);
 	struct stripe *st = stripe_of(h);
@@ -573,10 +739,9 @@ static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count
 		i = (i + 1) & (st->cap - 1);
 	if (st->e[i].key == KEY_TOMB)
 		st->tombs--;
-	st->e[i] = (struct live_entry){p, site, filtered, bytes, count};
+	st->e[i] = (struct live_entry){p, site, 0, bytes, count};
 	st->used++;
-	if (filtered)
-		filter_inc(vmap_profile_filter_slot((void *)p));
+	filter_inc(vmap_profile_filter_slot((void *)p));
 	stripe_unlock(st);
 	return true;
 }
@@ -584,9 +749,17 @@ static bool live_insert(uintptr_t p, uint32_t site, int64_t bytes, int64_t count
 void vmap_profile_forget(void *ptr)
 {
 	struct vmap_profile_tls *t = &vmap_profile_tls;
-	if (!vmap_profile_on || t->busy)
+	if (!vmap_profile_on)
 		return;
 	uintptr_t p = (uintptr_t)ptr;
+	struct vmap_region *r = vmap_region_of(p);
+	if (r) {
+		if (!(p & (VMAP_PAGE - 1))) /* else not a block: free() will say so */
+			pte_forget(vmap_pte_of(r, p));
+		return;
+	}
+	if (t->busy)
+		return;
 	uint64_t h = ptr_hash(p);
 	struct stripe *st = stripe_of(h);
 	if (!__atomic_load_n(&st->used, __ATOMIC_RELAXED))
@@ -705,6 +878,29 @@ static void scache_note(uintptr_t ra, uintptr_t cfa, uint32_t id, const uintptr_
 
 /* ---- recording --------------------------------------------------------- */
 
+/* The block of size bytes crossed this thread's countdown: false if it is
+ * the thread's first block of the kind and the first distance, drawn now,
+ * does not end in it; else the next distance, and the block's weights. */
+static bool sampled(struct vmap_profile_tls *t, int64_t *countdown, uint8_t *drawn, uint64_t mean,
+		    size_t size, int64_t *bytes, int64_t *count)
+{
+	if (!*drawn) {
+		/* Instead of sampling the thread's first block for sure. */
+		*drawn = 1;
+		*countdown += next_countdown(t, mean);
+		if (*countdown > 0)
+			return false;
+	}
+	/* Memoryless: the next distance starts after this block. */
+	*countdown = next_countdown(t, mean);
+	double prob = one_minus_exp_neg((double)size / (double)mean);
+	if (prob < 1e-12)
+		prob = 1e-12;
+	*bytes = (int64_t)((double)size / prob + 0.5);
+	*count = (int64_t)((double)COUNT_ONE / prob + 0.5);
+	return true;
+}
+
 void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t cfa)
 {
 	struct vmap_profile_tls *t = &vmap_profile_tls;
@@ -712,20 +908,14 @@ void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t
 		return;
 	int64_t bytes = (int64_t)size, count = COUNT_ONE;
 	if (kind == VMAP_PROFILE_SMALL) {
-		if (!t->rng) {
-			/* This thread's first small block: draw its first
-			 * distance instead of sampling the block for sure. */
-			t->countdown += next_countdown(t);
-			if (t->countdown > 0)
-				return;
-		}
-		/* Memoryless: the next distance starts after this block. */
-		t->countdown = next_countdown(t);
-		double prob = one_minus_exp_neg((double)size / (double)mean_bytes);
-		if (prob < 1e-12)
-			prob = 1e-12;
-		bytes = (int64_t)((double)size / prob + 0.5);
-		count = (int64_t)((double)COUNT_ONE / prob + 0.5);
+		if (!sampled(t, &t->countdown, &t->small_drawn, mean_bytes, size, &bytes, &count))
+			return;
+	} else if (kind == VMAP_PROFILE_LARGE) {
+		if (!large_mean)
+			t->large_countdown = 0; /* every block: the inline test never skips one */
+		else if (!sampled(t, &t->large_countdown, &t->large_drawn, large_mean, size, &bytes,
+				  &count))
+			return;
 	}
 	if (t->busy) {
 		vmap_stat_inc_local(VMAP_STAT_profile_skipped);
@@ -739,8 +929,11 @@ void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t
 		id = site_get(frames, n, kind);
 		scache_note(ra, cfa, id, frames, n);
 	}
-	bool filtered = !vmap_region_of((uintptr_t)p);
-	if (live_insert((uintptr_t)p, id, bytes, count, filtered)) {
+	struct vmap_region *r = vmap_region_of((uintptr_t)p);
+	if (r) {
+		pte_note(vmap_pte_of(r, (uintptr_t)p), id, bytes, count);
+		site_delta(id, bytes, count, bytes, count, 1);
+	} else if (live_insert((uintptr_t)p, id, bytes, count)) {
 		site_delta(id, bytes, count, bytes, count, 1);
 	} else { /* its free could not be seen: count it, but not as live */
 		site_delta(id, bytes, count, 0, 0, 1);
@@ -966,6 +1159,12 @@ static const char *const table_title[NTABLES] = {"by bytes allocated", "by numbe
 static const char *const table_key[NTABLES] = {"by_bytes", "by_count", "live"};
 static const char *const kind_name[] = {"small", "large", "mmap"};
 
+/* A site of sampled blocks: its figures are estimates. */
+static bool estimated(const struct vmap_site *s)
+{
+	return s->kind == VMAP_PROFILE_SMALL || (s->kind == VMAP_PROFILE_LARGE && large_mean);
+}
+
 static int64_t site_key(const struct vmap_site *s, int table)
 {
 	int64_t v = table == BY_BYTES ? __atomic_load_n(&s->bytes, __ATOMIC_RELAXED)
@@ -1030,7 +1229,7 @@ static bool is_main(const char *f)
 static void site_text(struct vmap_buf *b, struct symbolizer *z, const struct vmap_site *s,
 		      bool frames)
 {
-	bool est = s->kind == VMAP_PROFILE_SMALL;
+	bool est = estimated(s);
 	const char *approx = est ? "~" : "";
 	vmap_buf_str(b, approx);
 	vmap_buf_bytes(b, clamp0(__atomic_load_n(&s->bytes, __ATOMIC_RELAXED)));
@@ -1088,7 +1287,7 @@ static void site_json(struct vmap_buf *b, struct symbolizer *z, const struct vma
 	vmap_buf_str(b, "{\"kind\": \"");
 	vmap_buf_str(b, kind_name[s->kind < 3 ? s->kind : 0]);
 	vmap_buf_str(b, "\", \"estimated\": ");
-	vmap_buf_str(b, s->kind == VMAP_PROFILE_SMALL ? "true" : "false");
+	vmap_buf_str(b, estimated(s) ? "true" : "false");
 	vmap_buf_str(b, ", \"bytes\": ");
 	vmap_buf_u64(b, clamp0(__atomic_load_n(&s->bytes, __ATOMIC_RELAXED)));
 	vmap_buf_str(b, ", \"count\": ");
@@ -1149,6 +1348,8 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 	if (json) {
 		vmap_buf_str(b, "{\"sample_bytes\": ");
 		vmap_buf_u64(b, mean_bytes);
+		vmap_buf_str(b, ", \"large_sample_bytes\": ");
+		vmap_buf_u64(b, large_mean);
 		vmap_buf_str(b, ", \"top\": ");
 		vmap_buf_u64(b, top);
 		vmap_buf_str(b, ", \"sites\": ");
@@ -1179,9 +1380,15 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 	vmap_buf_u64(b, n);
 	vmap_buf_str(b, " call stacks from ");
 	vmap_buf_u64(b, clamp0(samples));
-	vmap_buf_str(b, " records: every large block, small ones sampled every ");
+	vmap_buf_str(b, " records: small blocks sampled every ");
 	vmap_buf_bytes(b, mean_bytes);
-	vmap_buf_str(b, " on average (~ = estimate)");
+	if (large_mean) {
+		vmap_buf_str(b, " on average, large ones every ");
+		vmap_buf_bytes(b, large_mean);
+		vmap_buf_str(b, " (~ = estimate); every served mmap");
+	} else {
+		vmap_buf_str(b, " on average (~ = estimate); every large block and served mmap");
+	}
 	if (z->in_signal)
 		vmap_buf_str(b, "\n    (in a signal handler: addresses only, as object+offset for addr2line)");
 	for (int t = 0; t < NTABLES; t++) {

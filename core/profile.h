@@ -8,10 +8,12 @@
  *
  * and, when it is on, a per-thread byte countdown for small blocks (inline
  * below) so that only one small allocation in about PROFILE_SAMPLE bytes
- * leaves the fast path; every large block (and every mmap served from the
- * arena) is recorded.  A free of a pointer that cannot have been recorded
- * (outside the arena, and not in the filter of sampled small pointers) costs
- * one load.
+ * leaves the fast path, and another for large blocks (PROFILE_LARGE_SAMPLE;
+ * 0 records every one); every mmap served from the arena is recorded.  A
+ * sampled large block or mapping keeps its record in its own page-table
+ * entry (profile.c).  A free of a
+ * pointer that cannot have been recorded (outside the arena, and not in the
+ * filter of sampled small pointers) costs one load.
  */
 #ifndef VMAP_PROFILE_H
 #define VMAP_PROFILE_H
@@ -25,7 +27,7 @@
 
 enum vmap_profile_kind {
 	VMAP_PROFILE_SMALL = 0, /* sampled: figures are estimates scaled by the sampling weight */
-	VMAP_PROFILE_LARGE = 1, /* a range-allocator block: every one is recorded */
+	VMAP_PROFILE_LARGE = 1, /* a range-allocator block: sampled, or every one (LARGE_SAMPLE=0) */
 	VMAP_PROFILE_MMAP = 2,  /* a program mmap() served from the arena: every one */
 };
 
@@ -39,9 +41,11 @@ enum vmap_profile_kind {
 extern bool vmap_profile_on;
 
 struct vmap_profile_tls {
-	int64_t countdown; /* small-block bytes until the next sample */
-	uint64_t rng;      /* xorshift64* state, 0 until seeded */
-	uint32_t busy;     /* recursion guard: set while this thread records */
+	int64_t countdown;       /* small-block bytes until the next sample */
+	int64_t large_countdown; /* large-block bytes; kept at 0 when every one is recorded */
+	uint64_t rng;            /* xorshift64* state, 0 until seeded */
+	uint32_t busy;           /* recursion guard: set while this thread records */
+	uint8_t small_drawn, large_drawn; /* the first distance was drawn */
 };
 extern __thread struct vmap_profile_tls vmap_profile_tls;
 
@@ -56,7 +60,11 @@ static inline unsigned vmap_profile_filter_slot(const void *p)
 			  (64 - VMAP_PROFILE_FILTER_BITS));
 }
 
+/* At init: maps the tables.  With libunwind, profiling starts only when
+ * vmap_profile_start() (the library's constructor: dlopen may allocate) has
+ * loaded it; blocks allocated before are not profiled. */
 void vmap_profile_init(void);
+void vmap_profile_start(void);
 /* Out of line: the sample (backtrace, aggregation) and the forget.  ra and
  * cfa are the return address and call frame of the function the hook is
  * inlined in: the program's call site when that function was entered by a
@@ -65,22 +73,51 @@ void vmap_profile_init(void);
 void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t cfa);
 void vmap_profile_forget(void *p);
 
+/* Served mappings (mmap.c), whose record lives in their head's page-table
+ * entry: munmap of [a, e) from the mapping [head, end) (shard lock held,
+ * before the tags change); mremap growing one in place; mremap moving pages
+ * of one to the new served mapping q (len bytes, added of them new), before
+ * the old pages are cut. */
+void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e);
+void vmap_profile_mmap_grow(uintptr_t head, size_t bytes);
+void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t added);
+
 /* After a successful allocation of size bytes at p. */
 __attribute__((always_inline)) static inline void vmap_profile_alloc(void *p, size_t size, int kind)
 {
-	if (kind == VMAP_PROFILE_SMALL &&
-	    (vmap_profile_tls.countdown -= (int64_t)size) > 0)
+	if (kind == VMAP_PROFILE_SMALL) {
+		if ((vmap_profile_tls.countdown -= (int64_t)size) > 0)
+			return;
+	} else if (kind == VMAP_PROFILE_LARGE &&
+		   (vmap_profile_tls.large_countdown -= (int64_t)size) > 0) {
 		return;
+	}
 	vmap_profile_record(p, size, kind, (uintptr_t)__builtin_return_address(0),
 			    (uintptr_t)__builtin_dwarf_cfa());
 }
 
-/* Before p is released (free, realloc, munmap of a whole served mapping);
- * owned: p lies in the arena (vmap_range_owns), which the caller knows. */
+/* Bit 63 of a live arena block's head pte `prev`: the block was sampled,
+ * and its record is there (profile.c). */
+#define VMAP_PROFILE_PTE_SITE (1ull << 63)
+
+/* Before p is released by free or realloc; owned: p lies in the arena
+ * (vmap_range_owns), which the caller knows.  Inline so that the free of a
+ * block that was not sampled costs two loads. */
 static inline void vmap_profile_free_known(void *p, bool owned)
 {
-	if (owned || vmap_profile_filter[vmap_profile_filter_slot(p)])
+	uintptr_t a = (uintptr_t)p;
+	if (owned) {
+		/* In a region for sure: no span test, the first region is the
+		 * usual one. */
+		struct vmap_region *r = vmap_regions;
+		while (a - r->base >= r->size)
+			r++;
+		if (!(a & (VMAP_PAGE - 1)) &&
+		    (__atomic_load_n(&vmap_pte_of(r, a)->prev, __ATOMIC_RELAXED) & VMAP_PROFILE_PTE_SITE))
+			vmap_profile_forget(p);
+	} else if (vmap_profile_filter[vmap_profile_filter_slot(p)]) {
 		vmap_profile_forget(p);
+	}
 }
 
 static inline void vmap_profile_free(void *p)

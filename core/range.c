@@ -207,6 +207,8 @@ void vmap_shard_lock(struct vmap_shard *s)
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_acquisitions, 1);
 	if (waited)
 		vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_contended, 1);
+	__atomic_store_n(&s->lock_acquisitions, s->lock_acquisitions + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->lock_contended, s->lock_contended + waited, __ATOMIC_RELAXED);
 }
 
 struct vmap_shard *vmap_shard_here(unsigned *cpu)

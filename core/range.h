@@ -67,6 +67,10 @@ void vmap_range_check(void);
  * Every other entry is 0: that is what makes `free` of an interior pointer
  * or of a freed block detectable in O(1).  next/prev link areas in pools and
  * runs in free bins; stamp is when an area entered its pool (for decay).
+ * While an area is LIVE, range.c neither reads nor writes its head's next,
+ * prev and stamp: the allocation profile (profile.c) keeps the block's site
+ * there (prev has bit 63 set then, which no link has), writing them after
+ * the block is published live and clearing prev before it is freed.
  */
 struct vmap_pte {
 	uint64_t tag;
@@ -149,6 +153,9 @@ struct vmap_pool {
 
 struct vmap_shard {
 	struct vmap_lock lock;
+	/* Counted by vmap_shard_lock with the lock held (plain stores, beside
+	 * the lock word: no extra cache line), read by the report without it. */
+	uint64_t lock_acquisitions, lock_contended;
 	unsigned id;
 	uint64_t free_bin_mask[VMAP_RUN_LISTS]; /* bit b set = bin b non-empty */
 	uintptr_t free_bin[VMAP_RUN_LISTS][VMAP_FREE_BINS];

@@ -261,6 +261,7 @@ static const char *state_name(unsigned k)
 struct shard_row {
 	uint64_t cached, pooled_areas;
 	uint64_t free_bytes[NSTATES];
+	uint64_t locks, contended;
 };
 
 static void shard_row(unsigned i, struct shard_row *r)
@@ -268,6 +269,8 @@ static void shard_row(unsigned i, struct shard_row *r)
 	const struct vmap_shard *s = &vmap_shards[i];
 	memset(r, 0, sizeof *r);
 	r->cached = __atomic_load_n(&s->cached_bytes, __ATOMIC_RELAXED);
+	r->locks = __atomic_load_n(&s->lock_acquisitions, __ATOMIC_RELAXED);
+	r->contended = __atomic_load_n(&s->lock_contended, __ATOMIC_RELAXED);
 	for (unsigned c = 0; c < VMAP_NCLASSES; c++)
 		r->pooled_areas += __atomic_load_n(&s->pool[c].count, __ATOMIC_RELAXED);
 	for (unsigned l = 0; l < VMAP_RUN_LISTS; l++)
@@ -334,10 +337,11 @@ static void write_tables_text(struct vmap_buf *b, const struct figures *f)
 			"\n    shard     cached  pooled");
 	for (unsigned k = 0; k < NSTATES; k++)
 		vmap_buf_cell(b, state_name(k), 11);
+	vmap_buf_str(b, "      locks  contended");
 	for (unsigned i = 0; i < ns; i++) {
 		struct shard_row r;
 		shard_row(i, &r);
-		if (!r.cached && !r.pooled_areas && i >= 8) {
+		if (!r.cached && !r.pooled_areas && !r.locks && i >= 8) {
 			bool any = false;
 			for (unsigned k = 0; k < NSTATES; k++)
 				any |= r.free_bytes[k] != 0;
@@ -350,8 +354,9 @@ static void write_tables_text(struct vmap_buf *b, const struct figures *f)
 		cell_u64(b, r.pooled_areas, 8);
 		for (unsigned k = 0; k < NSTATES; k++)
 			cell_bytes(b, r.free_bytes[k], 11);
+		cell_u64(b, r.locks, 11);
+		cell_u64(b, r.contended, 11);
 	}
-	vmap_buf_str(b, "\n    (shard locks are counted for all shards together: see \"locks\")");
 	uint64_t in_shards = shards_cached(), total = V(cached_bytes);
 	vmap_buf_str(b, "\n  pools by size (freed areas waiting for reuse; thread caches hold ");
 	vmap_buf_bytes(b, total > in_shards ? total - in_shards : 0);
@@ -638,6 +643,8 @@ static void write_json(struct vmap_buf *b, const struct figures *f)
 			memcpy(name + n, "_bytes", 7);
 			kv(b, name, r.free_bytes[k]);
 		}
+		kv(b, "lock_acquisitions", r.locks);
+		kv(b, "lock_contended", r.contended);
 		vmap_buf_char(b, '}');
 	}
 	vmap_buf_char(b, ']');

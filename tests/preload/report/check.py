@@ -94,6 +94,11 @@ def check_figures(r, e, when="exit", pid=None, parent=0):
         ok(all(k in row for k in ("cached_bytes", "pooled_areas", "free_zero_bytes", "free_dirty_bytes")),
            f"shard row keys {sorted(row)}")
     ok(0 <= r["thread_cache_bytes"] <= r["cached_bytes"], "thread_cache_bytes > cached_bytes")
+    # Per-shard lock counts add up to the global ones (one thread: exact).
+    for mine, total in (("lock_acquisitions", "shard_lock_acquisitions"), ("lock_contended", "shard_lock_contended")):
+        ok(sum(row[mine] for row in r["shard_table"]) == c[total],
+           f"shards' {mine} sum {sum(row[mine] for row in r['shard_table'])} != {total} {c[total]}")
+    ok(c["shard_lock_acquisitions"] > 0, "no shard lock acquisitions counted")
     pooled = sum(row["pooled_areas"] for row in r["shard_table"])
     ok(sum(s["areas"] for s in r["size_table"]) == pooled, "size_table areas != pooled areas of the shards")
     if when == "signal":
@@ -211,6 +216,35 @@ def scenario(name, d):
         for f in sigs:
             s = load(f)
             ok(s["when"] == "signal" and s["approximate"], f"{f}: not a signal report")
+    elif name == "large_sampling":
+        # Large blocks sampled every 1 MiB on average: a 256 KiB block with
+        # p = 1 - e^-1/4 = 22%, ~1770 samples of 8000 (sd 2.1%).
+        r = report(d, o["pid"])
+        check_figures(r, e, pid=o["pid"])
+        p = r["profile"]
+        ok(p["large_sample_bytes"] == MiB, f"large_sample_bytes {p['large_sample_bytes']}")
+        s = site(p["by_bytes"], "main", "large")
+        if ok(s is not None, "the sampled large site is not in by_bytes"):
+            n = e["large_allocs"]
+            ok(s["estimated"], "a sampled large site is not marked estimated")
+            ok(0.2 * n < s["samples"] < 0.25 * n, f"{s['samples']} samples of {n} blocks, want ~22%")
+            ok(0.9 * e["large_asked"] <= s["bytes"] <= 1.1 * e["large_asked"],
+               f"estimated {s['bytes']} bytes, allocated {e['large_asked']}")
+            ok(0.9 * n <= s["count"] <= 1.1 * n, f"estimated {s['count']} blocks, allocated {n}")
+            ok(s["live_count"] == 0 and s["live_bytes"] == 0, f"freed blocks still live: {s['live_bytes']}")
+    elif name == "mmap":
+        # Served mappings keep their site through munmap splits and mremap;
+        # every page is exact (mappings are never sampled).
+        r = report(d, o["pid"])
+        ok(r["counters"]["mmap_served"] >= 6, f"mappings not served: {r['counters']['mmap_served']}")
+        s = site(r["profile"]["by_bytes"], "map_pages", "mmap")
+        if ok(s is not None, "map_pages is not an mmap site in by_bytes"):
+            ok(s["live_bytes"] == e["live_pages"] * 4096,
+               f"live {s['live_bytes'] // 4096} pages, want {e['live_pages']}")
+            ok(s["live_count"] == e["live_count"], f"live count {s['live_count']}, want {e['live_count']}")
+            ok(s["bytes"] == e["pages"] * 4096, f"allocated {s['bytes'] // 4096} pages, want {e['pages']}")
+            ok(s["count"] == e["count"], f"count {s['count']}, want {e['count']}")
+            ok(not s["estimated"], "an mmap site marked estimated")
     elif name == "api":
         r = load(os.path.join(d, "api.json"))
         ok(r["when"] == "request", "api report when != request")

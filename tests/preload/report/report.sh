@@ -10,6 +10,8 @@ d=$(mktemp -d "${TMPDIR:-/tmp}/vmapalloc-report.XXXXXX")
 if [[ ${VMTEST_KEEP:-0} == 1 ]]; then echo "report.sh: keeping $d"; else trap 'rm -rf "$d"' EXIT; fi
 
 json=(VMAPALLOC_STATS="$d/r-%p.json" VMAPALLOC_STATS_FORMAT=json)
+# The exact large figures (the leak of 3 x 1 MiB) need every large block.
+all=VMAPALLOC_PROFILE_LARGE_SAMPLE=0
 # run ENV... -- MODE: the program with the preload, stdout to out.json, stderr to err.txt.
 run() {
     local envs=()
@@ -21,25 +23,29 @@ run() {
 check=$scenario
 case $scenario in
 basic|exit|fork)
-    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K -- "$scenario" ;;
+    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K $all -- "$scenario" ;;
 ownhandler)
-    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K VMAPALLOC_STATS_SIGNAL=USR2 -- ownhandler ;;
+    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K VMAPALLOC_STATS_SIGNAL=USR2 $all -- ownhandler ;;
 signal)
-    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_STATS_SIGNAL=USR2 -- signal ;;
+    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_STATS_SIGNAL=USR2 $all -- signal ;;
+mmap)
+    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_MMAP=1 -- mmap ;;
 sampling)
     run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=64K -- sampling ;;
+large_sampling)
+    run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_LARGE_SAMPLE=1M -- large_sampling ;;
 threads)
     run "${json[@]}" VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=16K VMAPALLOC_STATS_SIGNAL=USR2 -- threads ;;
 api)
     run REPORT_DIR="$d" -- api ;;
 launcher)
-    sh "$launcher" --library="$lib" --stats="$d/l-%p.json" --json --profile -- "$prog" basic \
+    env $all sh "$launcher" --library="$lib" --stats="$d/l-%p.json" --json --profile -- "$prog" basic \
         > "$d/out.json" 2> "$d/err.txt" ;;
 text)
-    run VMAPALLOC_STATS=1 VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K -- basic ;;
+    run VMAPALLOC_STATS=1 VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K $all -- basic ;;
 profile_only)
     # VMAPALLOC_PROFILE=1 alone: the report (with the sites) goes to stderr.
-    run VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K -- basic
+    run VMAPALLOC_PROFILE=1 VMAPALLOC_PROFILE_SAMPLE=4K $all -- basic
     check=text ;;
 text_signal)
     run VMAPALLOC_STATS=1 VMAPALLOC_STATS_SIGNAL=USR2 -- signal ;;

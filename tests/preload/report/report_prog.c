@@ -10,8 +10,10 @@
  * running), ownhandler (the program installs its own SIGUSR2 handler first),
  * sampling (many small blocks of one size from one site), threads (4 threads,
  * small and large blocks, signals to itself meanwhile), api (the report
- * through vmapalloc_stats_print, malloc_info, counters), plain (almost
- * nothing: for the destination tests).
+ * through vmapalloc_stats_print, malloc_info, counters), mmap (served
+ * mappings from one site cut by munmap and resized/moved by mremap),
+ * large_sampling (many 256 KiB blocks from one site, all freed), plain
+ * (almost nothing: for the destination tests).
  *
  * Prints one JSON object on stdout: what it did ("expect"), its pid, and the
  * pids of its children.  Built with -fno-builtin so that malloc/free pairs
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,6 +223,44 @@ static void api(void)
 	p_free(hold);
 }
 
+/* Every mapping of the mmap mode comes from here: one profile site. */
+__attribute__((noinline)) static char *map_pages(size_t pages)
+{
+	char *p = mmap(NULL, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		die("mmap");
+	touch(p, pages * 4096);
+	return p;
+}
+
+/* The figures the site of map_pages must show at exit, in pages. */
+static void mappings(void)
+{
+	size_t pg = 4096;
+	static const size_t pages[6] = {16, 16, 8, 8, 8, 8};
+	char *m[6];
+	for (int i = 0; i < 6; i++) /* one call site: one stack */
+		m[i] = map_pages(pages[i]);
+	if (munmap(m[0], 16 * pg)) /* gone */
+		die("munmap a");
+	if (munmap(m[1] + 4 * pg, 4 * pg)) /* a hole in the middle: two pieces, 12 pages */
+		die("munmap b");
+	if (mremap(m[2], 8 * pg, 16 * pg, MREMAP_MAYMOVE) == MAP_FAILED) /* 16, in place or moved */
+		die("mremap c");
+	if (munmap(m[3], 2 * pg)) /* head cut: 6 pages */
+		die("munmap d");
+	/* Moved, the old pages kept then unmapped: 8 pages (16 allocated). */
+	if (mremap(m[4], 8 * pg, 8 * pg, MREMAP_MAYMOVE | MREMAP_DONTUNMAP) == MAP_FAILED)
+		die("mremap e");
+	if (munmap(m[4], 8 * pg))
+		die("munmap e");
+	if (mremap(m[5], 8 * pg, 4 * pg, 0) == MAP_FAILED) /* shrunk to 4 */
+		die("mremap f");
+	printf("{\"mode\": \"mmap\", \"pid\": %d, \"expect\": {\"live_pages\": %d, "
+	       "\"live_count\": %d, \"pages\": %d, \"count\": %d}}\n",
+	       (int)getpid(), 12 + 16 + 6 + 8 + 4, 2 + 1 + 1 + 1 + 1, 16 + 16 + 16 + 8 + 16 + 8, 6);
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "basic";
@@ -227,6 +268,22 @@ int main(int argc, char **argv)
 		void *p = p_malloc(128 * KiB);
 		touch(p, 128 * KiB);
 		p_free(p);
+		return 0;
+	}
+	if (!strcmp(mode, "large_sampling")) {
+		/* 8000 blocks of 256 KiB from one site, all freed. */
+		for (int i = 0; i < 8000; i++) {
+			void *q = p_malloc(256 * KiB);
+			touch(q, 256 * KiB);
+			p_free(q);
+		}
+		ex.large_allocs += 8000, ex.large_frees += 8000, ex.mallocs += 8000, ex.frees += 8000;
+		ex.large_asked += 8000 * 256 * KiB;
+		print_expect(mode, 0);
+		return 0;
+	}
+	if (!strcmp(mode, "mmap")) {
+		mappings();
 		return 0;
 	}
 	if (!strcmp(mode, "api")) {
