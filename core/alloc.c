@@ -371,8 +371,13 @@ static inline struct escape *escape_of(const void *p)
 
 static void escape_free(struct escape *e)
 {
-	vmap_os_munmap((void *)e->a, e->len);
+	/* The slot is emptied before the munmap: once the range is unmapped,
+	 * another thread's escape block may get the same address, and a stale
+	 * slot holding it would be found (and freed) in its place. */
+	void *a = (void *)e->a;
+	size_t len = e->len;
 	__atomic_store_n(&e->a, 0, __ATOMIC_RELEASE);
+	vmap_os_munmap(a, len);
 	__atomic_fetch_sub(&escape_live, 1, __ATOMIC_RELAXED);
 }
 
