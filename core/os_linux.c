@@ -246,17 +246,23 @@ static void *vdso_sym(const char *name)
 #define VDSO_NONE ((void *)1)
 static void *vdso_clock_gettime, *vdso_getcpu;
 
-static void *vdso_get(void **slot, const char *name1, const char *name2)
+__attribute__((noinline, cold)) static void *vdso_resolve(void **slot, const char *name1,
+							  const char *name2)
+{
+	void *f = vdso_sym(name1);
+	if (!f)
+		f = vdso_sym(name2);
+	if (!f)
+		f = VDSO_NONE;
+	__atomic_store_n(slot, f, __ATOMIC_RELAXED); /* every racer finds the same */
+	return f;
+}
+
+static inline void *vdso_get(void **slot, const char *name1, const char *name2)
 {
 	void *f = __atomic_load_n(slot, __ATOMIC_RELAXED);
-	if (__builtin_expect(f == NULL, 0)) {
-		f = vdso_sym(name1);
-		if (!f)
-			f = vdso_sym(name2);
-		if (!f)
-			f = VDSO_NONE;
-		__atomic_store_n(slot, f, __ATOMIC_RELAXED); /* every racer finds the same */
-	}
+	if (__builtin_expect(f == NULL, 0))
+		f = vdso_resolve(slot, name1, name2);
 	return f == VDSO_NONE ? NULL : f;
 }
 
