@@ -21,7 +21,12 @@
  *
  * Fork: handlers registered at init (so that they run last among prepare
  * handlers and first after fork) take the purge lock, every shard lock, then
- * the global lock — the rank order of lock.h.
+ * the global lock — the rank order of lock.h.  Not when no second thread ever
+ * called in (nobody else can hold them; glibc skips its own malloc locks
+ * then too) or when fork() comes from a signal handler that interrupted this
+ * thread inside the range allocator (it holds them itself).  From prepare to
+ * parent/child the forking thread counts as re-entered, so that fork
+ * handlers which run inside that window may allocate (see "re-entry").
  */
 #include "alloc.h"
 
@@ -31,12 +36,14 @@
 #include <string.h>
 #include <gnu/libc-version.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 
 #include "backend.h"
 #include "cache.h"
 #include "counter.h"
 #include "fmt.h"
 #include "lock.h"
+#include "mmap.h"
 #include "options.h"
 #include "profile.h"
 #include "range.h"
@@ -60,8 +67,10 @@ static void thread_exit(void *arg)
 {
 	(void)arg;
 	vmap_counter_thread_exit();
+	vmap_depth_enter();
 	vmap_cache_thread_exit();
 	vmap_profile_thread_exit();
+	vmap_depth_leave(); /* and the frees a handler left in the slots */
 }
 
 #define SMALL_ALIGN 16 /* alignof(max_align_t) */
@@ -244,6 +253,199 @@ static inline void small_free(void *p)
 		vmap_libc.free(p);
 }
 
+
+/* ---- re-entry: signal handlers and fork handlers --------------------------- */
+
+/*
+ * A signal handler can interrupt this thread anywhere in the range allocator
+ * (holding a shard lock, half way through its thread cache) and call malloc,
+ * free or mmap; so can a fork handler that runs while fork_prepare holds
+ * every lock.  vmap_tls_reentry (alloc.h) counts the range-path sections this
+ * thread is in; a call that finds it non-zero takes no lock and touches no
+ * range state:
+ *  - a large allocation is mapped straight from the kernel: an "escape
+ *    block", recorded in a small lock-free table so that free, realloc and
+ *    malloc_usable_size recognise it later (from any context); small ones go
+ *    to glibc, as they would without vmapalloc;
+ *  - a free of an arena block is parked in this thread's deferred slots and
+ *    done when the thread leaves its outermost section (or exits, or after
+ *    fork); a free of an escape block is a munmap;
+ *  - mmap goes to the kernel; munmap of arena pages is deferred (mmap.c).
+ * The deferred slots are the thread's own: only a signal handler on the same
+ * thread competes for them, so a slot is claimed with a compare-and-swap
+ * (atomic against an interrupt) and drained only at depth 0, which no pusher
+ * can interrupt.  Escape blocks are shared: any thread may free one.
+ */
+__thread unsigned vmap_tls_reentry;
+
+/* Frees made from a handler that interrupted a range section: one or two in
+ * practice (a handler frees what it allocated, and that is an escape block). */
+#define DEFER_SLOTS 8
+struct deferred {
+	uintptr_t a; /* 0: empty */
+	size_t len;  /* 0: free(a); else munmap(a, len) */
+};
+static __thread struct deferred vmap_tls_defer[DEFER_SLOTS];
+
+bool vmap_defer(void *p, size_t len)
+{
+	for (unsigned i = 0; i < DEFER_SLOTS; i++) {
+		struct deferred *d = &vmap_tls_defer[i];
+		uintptr_t z = 0;
+		if (__atomic_load_n(&d->a, __ATOMIC_RELAXED))
+			continue;
+		/* len before the claim: a nested handler that takes the slot
+		 * first rewrites len, and this claim then fails. */
+		d->len = len;
+		if (__atomic_compare_exchange_n(&d->a, &z, (uintptr_t)p, false, __ATOMIC_RELAXED,
+						__ATOMIC_RELAXED)) {
+			__atomic_fetch_or(&vmap_tls_reentry, VMAP_REENTRY_DEFERRED, __ATOMIC_RELAXED);
+			return true;
+		}
+	}
+	return false;
+}
+
+__attribute__((noinline, cold)) void vmap_reentry_leave_slow(void)
+{
+	if (vmap_tls_reentry == VMAP_REENTRY_DEFERRED)
+		vmap_deferred_drain();
+}
+
+/* At depth 0 (leaving the outermost section, thread exit, after fork). */
+__attribute__((noinline, cold)) void vmap_deferred_drain(void)
+{
+	vmap_depth_enter(); /* a handler that frees now parks its free too */
+	while (__atomic_fetch_and(&vmap_tls_reentry, ~VMAP_REENTRY_DEFERRED, __ATOMIC_RELAXED) &
+	       VMAP_REENTRY_DEFERRED) {
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		for (unsigned i = 0; i < DEFER_SLOTS; i++) {
+			struct deferred *d = &vmap_tls_defer[i];
+			uintptr_t a = __atomic_load_n(&d->a, __ATOMIC_RELAXED);
+			if (!a)
+				continue;
+			size_t len = d->len;
+			__atomic_store_n(&d->a, 0, __ATOMIC_RELAXED);
+			if (len) {
+				vmap_munmap((void *)a, len);
+			} else {
+				if (__builtin_expect(vmap_profile_on, 0))
+					vmap_profile_free_known((void *)a, true);
+				vmap_range_free((void *)a, "free");
+			}
+		}
+	}
+	/* Not vmap_depth_leave: that would come back here. */
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	vmap_tls_reentry--;
+}
+
+/* Escape blocks: live at once, across threads.  A handler holds one for the
+ * length of the handler, typically; when the table is full, NULL. */
+#define ESCAPE_SLOTS 64
+#define ESCAPE_CLAIMED 1 /* never a block address: those are page-aligned */
+struct escape {
+	uintptr_t a;
+	size_t len;
+};
+static struct escape escapes[ESCAPE_SLOTS];
+/* Claimed slots: while 0, which is always but for a handler's blocks, free()
+ * of a pointer outside the arena pays one load for the table. */
+static unsigned escape_live;
+
+__attribute__((noinline, cold)) static void *escape_alloc(size_t size, size_t align)
+{
+	size_t len = (size + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	size_t extra = align > VMAP_PAGE ? align : 0; /* mapped, then trimmed */
+	if (len < size || len + extra < len)
+		return NULL;
+	__atomic_fetch_add(&escape_live, 1, __ATOMIC_RELAXED);
+	struct escape *e = NULL;
+	for (unsigned i = 0; i < ESCAPE_SLOTS && !e; i++) {
+		uintptr_t z = 0;
+		if (__atomic_compare_exchange_n(&escapes[i].a, &z, ESCAPE_CLAIMED, false,
+						__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			e = &escapes[i];
+	}
+	void *m = e ? vmap_os_mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+		    : NULL;
+	if (!e || vmap_os_is_err(m)) {
+		if (e)
+			__atomic_store_n(&e->a, 0, __ATOMIC_RELEASE);
+		__atomic_fetch_sub(&escape_live, 1, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	uintptr_t a = (uintptr_t)m;
+	if (extra) {
+		uintptr_t b = (a + align - 1) & ~(uintptr_t)(align - 1);
+		if (b > a)
+			vmap_os_munmap(m, b - a);
+		if (a + extra > b)
+			vmap_os_munmap((void *)(b + len), a + extra - b);
+		a = b;
+	}
+	e->len = len;
+	__atomic_store_n(&e->a, a, __ATOMIC_RELEASE);
+	return (void *)a;
+}
+
+__attribute__((noinline, cold)) static struct escape *escape_find(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	if (!a || (a & (VMAP_PAGE - 1)))
+		return NULL;
+	for (unsigned i = 0; i < ESCAPE_SLOTS; i++)
+		if (__atomic_load_n(&escapes[i].a, __ATOMIC_ACQUIRE) == a)
+			return &escapes[i];
+	return NULL;
+}
+
+/* The escape block p, or NULL (p is glibc's): one load while there are none. */
+static inline struct escape *escape_of(const void *p)
+{
+	if (__builtin_expect(__atomic_load_n(&escape_live, __ATOMIC_RELAXED) == 0, 1))
+		return NULL;
+	return escape_find(p);
+}
+
+static void escape_free(struct escape *e)
+{
+	/* The slot is emptied before the munmap: once the range is unmapped,
+	 * another thread's escape block may get the same address, and a stale
+	 * slot holding it would be found (and freed) in its place. */
+	void *a = (void *)e->a;
+	size_t len = e->len;
+	__atomic_store_n(&e->a, 0, __ATOMIC_RELEASE);
+	vmap_os_munmap(a, len);
+	__atomic_fetch_sub(&escape_live, 1, __ATOMIC_RELAXED);
+}
+
+/* The profiler takes locks of its own: its hooks are bracketed like the range
+ * path, and skipped when re-entered (that block goes unrecorded).  The
+ * allocation hook is a macro, so that it stays inlined in the entry point:
+ * it keys its stack cache on the entry point's return address. */
+#define PROF_ALLOC(p, size, kind)                                              \
+	do {                                                                   \
+		if (__builtin_expect(vmap_profile_on, 0) && !vmap_reentered()) { \
+			vmap_depth_enter();                                  \
+			vmap_profile_alloc(p, size, kind);                     \
+			vmap_depth_leave();                                    \
+		}                                                              \
+	} while (0)
+/* Frees need no call site: out of line, off the free path. */
+__attribute__((noinline, cold)) static void prof_free(void *p, int owned)
+{
+	if (vmap_reentered())
+		return;
+	vmap_depth_enter();
+	if (owned < 0)
+		vmap_profile_free(p);
+	else
+		vmap_profile_free_known(p, owned);
+	vmap_depth_leave();
+}
+
 /* ---- the malloc family ---------------------------------------------------- */
 
 static bool is_large(size_t size)
@@ -251,10 +453,18 @@ static bool is_large(size_t size)
 	return size > vmap_opt.small_max && range_ready();
 }
 
-/* Range allocation with glibc as the fallback; NULL only when both refuse. */
-static void *large_alloc(size_t size, size_t align, bool *zero)
+/* Range allocation with glibc as the fallback; NULL only when both refuse.
+ * Re-entered: an escape block or NULL (glibc's locks may be this thread's). */
+__attribute__((always_inline)) static inline void *large_alloc(size_t size, size_t align,
+								      bool *zero)
 {
+	if (vmap_reentered()) {
+		*zero = true; /* fresh from the kernel */
+		return escape_alloc(size, align);
+	}
+	vmap_depth_enter();
 	void *p = vmap_range_alloc(size, align, zero);
+	vmap_depth_leave();
 	if (p)
 		return p;
 	*zero = false;
@@ -275,9 +485,41 @@ void *vmap_malloc(size_t size)
 	}
 	if (!p)
 		errno = ENOMEM;
-	else if (__builtin_expect(vmap_profile_on, 0))
-		vmap_profile_alloc(p, size, is_large(size) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL);
+	else
+		PROF_ALLOC(p, size, is_large(size) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL);
 	return p;
+}
+
+/* An arena block freed from a handler that interrupted a range section: done
+ * when the interrupted call leaves.  Slots full (eight frees from handlers
+ * within one call): the block is leaked, said once, rather than deadlock. */
+__attribute__((noinline, cold)) static void free_reentered(void *p)
+{
+	static bool said;
+	if (vmap_defer(p, 0))
+		return;
+	if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+		vmap_say("free() re-entered from a signal handler too often within one call: ",
+			 "a large block is leaked", NULL);
+}
+
+static void free_large(void *p)
+{
+	if (vmap_reentered()) {
+		free_reentered(p);
+		return;
+	}
+	vmap_depth_enter();
+	vmap_range_free(p, "free");
+	vmap_depth_leave();
+}
+
+__attribute__((noinline, cold)) static bool free_escape(void *p)
+{
+	struct escape *e = escape_find(p);
+	if (e)
+		escape_free(e);
+	return e != NULL;
 }
 
 void vmap_free(void *p)
@@ -290,9 +532,12 @@ void vmap_free(void *p)
 	count(VMAP_STAT_free_calls);
 	bool owned = vmap_range_owns(p);
 	if (__builtin_expect(vmap_profile_on, 0))
-		vmap_profile_free_known(p, owned);
+		prof_free(p, owned);
 	if (owned) {
-		vmap_range_free(p, "free");
+		free_large(p);
+	} else if (__builtin_expect(__atomic_load_n(&escape_live, __ATOMIC_RELAXED) != 0, 0) &&
+		   free_escape(p)) {
+		return;
 	} else {
 		count(VMAP_STAT_small_frees);
 		small_free(p);
@@ -313,8 +558,8 @@ void *vmap_calloc(size_t n, size_t size)
 		void *p = vmap_libc.calloc ? vmap_libc.calloc(n, size) : NULL;
 		if (!p)
 			errno = ENOMEM;
-		else if (__builtin_expect(vmap_profile_on, 0))
-			vmap_profile_alloc(p, total, VMAP_PROFILE_SMALL);
+		else
+			PROF_ALLOC(p, total, VMAP_PROFILE_SMALL);
 		return p;
 	}
 	bool zero;
@@ -327,15 +572,16 @@ void *vmap_calloc(size_t n, size_t size)
 		count(VMAP_STAT_calloc_zero_skipped);
 	else
 		memset(p, 0, total);
-	if (__builtin_expect(vmap_profile_on, 0))
-		vmap_profile_alloc(p, total, VMAP_PROFILE_LARGE);
+	PROF_ALLOC(p, total, VMAP_PROFILE_LARGE);
 	return p;
 }
 
 static size_t usable(void *p)
 {
-	return vmap_range_owns(p) ? vmap_range_usable(p, "malloc_usable_size")
-				  : vmap_libc.usable_size(p);
+	if (vmap_range_owns(p))
+		return vmap_range_usable(p, "malloc_usable_size");
+	struct escape *e = escape_of(p);
+	return e ? e->len : vmap_libc.usable_size(p);
 }
 
 /* Moves a block to a new allocation of size bytes by copying. */
@@ -356,6 +602,14 @@ static void *realloc_copy(void *p, size_t old, size_t size)
 	return q;
 }
 
+static bool realloc_resize(void *p, size_t size)
+{
+	vmap_depth_enter();
+	bool ok = vmap_range_resize(p, size);
+	vmap_depth_leave();
+	return ok;
+}
+
 void *vmap_realloc(void *p, size_t size)
 {
 	if (!p)
@@ -371,10 +625,14 @@ void *vmap_realloc(void *p, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
+	/* Before it can move and its address be reused. */
 	if (__builtin_expect(vmap_profile_on, 0))
-		vmap_profile_free(p); /* before it can move and its address be reused */
+		prof_free(p, -1);
 	void *q;
-	if (!vmap_range_owns(p)) {
+	struct escape *e;
+	if (!vmap_range_owns(p) && (e = escape_of(p))) {
+		q = realloc_copy(p, e->len, size);
+	} else if (!vmap_range_owns(p)) {
 		/* glibc's block: glibc resizes it while it stays small. */
 		if (!is_large(size)) {
 			q = vmap_libc.realloc(p, size);
@@ -383,30 +641,34 @@ void *vmap_realloc(void *p, size_t size)
 		}
 	} else {
 		size_t old = vmap_range_usable(p, "realloc");
-		if (!is_large(size) || (size <= old / 2 && old - size >= 64 * VMAP_PAGE)) {
+		if (!is_large(size) || (size <= old / 2 && old - size >= 64 * VMAP_PAGE) ||
+		    vmap_reentered()) {
 			/* Shrinking far: copying the kept part is cheaper than keeping
-			 * the whole area resident. */
+			 * the whole area resident.  Re-entered: a copy into an escape
+			 * block (or glibc's), the old block's free deferred. */
 			q = realloc_copy(p, old, size);
-		} else if (size <= old || vmap_range_resize(p, size)) {
+		} else if (size <= old || realloc_resize(p, size)) {
 			if (size > old)
 				count(VMAP_STAT_realloc_in_place);
 			q = p;
 		} else {
 			bool moved;
+			vmap_depth_enter();
 			q = vmap_range_move(p, size, &moved);
 			if (q && !moved) {
 				memcpy(q, p, old);
 				count(VMAP_STAT_realloc_copied);
 				vmap_range_free(p, "realloc");
-			} else if (!q) {
-				q = realloc_copy(p, old, size); /* glibc as the last resort */
 			}
+			vmap_depth_leave();
+			if (!q)
+				q = realloc_copy(p, old, size); /* glibc as the last resort */
 		}
 	}
 	if (!q)
 		errno = ENOMEM;
-	else if (__builtin_expect(vmap_profile_on, 0))
-		vmap_profile_alloc(q, size, is_large(size) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL);
+	else
+		PROF_ALLOC(q, size, is_large(size) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL);
 	return q;
 }
 
@@ -444,8 +706,8 @@ static void *aligned(size_t align, size_t size)
 	}
 	if (!p)
 		errno = ENOMEM;
-	else if (__builtin_expect(vmap_profile_on, 0))
-		vmap_profile_alloc(p, size, VMAP_PROFILE_KIND(p));
+	else
+		PROF_ALLOC(p, size, VMAP_PROFILE_KIND(p));
 	return p;
 }
 
@@ -521,8 +783,13 @@ size_t vmap_usable_size(void *p)
 int vmap_trim(size_t pad)
 {
 	enter();
-	vmap_cache_trim();
-	size_t released = vmap_range_purge(true);
+	size_t released = 0;
+	if (!vmap_reentered()) {
+		vmap_depth_enter();
+		vmap_cache_trim();
+		released = vmap_range_purge(true);
+		vmap_depth_leave();
+	}
 	int glibc = vmap_libc.trim(pad);
 	return released > 0 || glibc;
 }
@@ -569,8 +836,27 @@ int vmap_malloc_info(int options, FILE *fp)
 
 /* ---- fork and exit ----------------------------------------------------- */
 
+/* Whether fork_prepare took the locks, read by fork_parent/fork_child on
+ * the same thread: per thread, since glibc runs the handlers of two forking
+ * threads concurrently (the second waits in prepare for our locks). */
+static __thread bool fork_locked;
+
 static void fork_prepare(void)
 {
+	/* Single-threaded: nobody else can hold a lock, and this thread holds
+	 * some when fork() comes from a signal handler that interrupted it in
+	 * the allocator (tst-mallocfork): taking them would wait for ever.
+	 * Re-entered with other threads: the interrupted code holds locks we
+	 * cannot name; taking none leaves the child those the other threads
+	 * hold — glibc's own malloc has the same limit there. */
+	fork_locked = vmap_threads_seen && !vmap_reentered();
+	/* From here to fork_parent/fork_child this thread counts as re-entered:
+	 * the prepare handlers registered before ours run after it, and the
+	 * parent/child ones registered before ours run before them; when they
+	 * allocate they get escape blocks or glibc's, and their frees wait. */
+	vmap_depth_enter();
+	if (!fork_locked)
+		return;
 	/* Another thread setting up the arena finishes first (the child could
 	 * not: it would wait for it forever). */
 	while (!vmap_tls_in_range_setup &&
@@ -584,20 +870,28 @@ static void fork_prepare(void)
 
 static void fork_parent(void)
 {
-	vmap_profile_fork_parent();
-	vmap_cache_fork_parent();
-	vmap_range_fork_parent();
-	vmap_purge_fork_parent();
+	if (fork_locked) {
+		vmap_profile_fork_parent();
+		vmap_cache_fork_parent();
+		vmap_range_fork_parent();
+		vmap_purge_fork_parent();
+	}
+	vmap_depth_leave();
 }
 
 static void fork_child(void)
 {
-	vmap_profile_fork_child();
+	/* Not taken: free already, or held by the interrupted code of this very
+	 * thread, which releases them when the handler returns. */
+	if (fork_locked) {
+		vmap_profile_fork_child();
+		vmap_cache_fork_child();
+		vmap_range_fork_child();
+		vmap_purge_fork_child();
+		vmap_lock_rank_reset();
+	}
 	vmap_stats_fork_child(); /* the child's report is labelled with its parent */
-	vmap_cache_fork_child();
-	vmap_range_fork_child();
-	vmap_purge_fork_child();
-	vmap_lock_rank_reset();
+	vmap_depth_leave();
 }
 
 void vmap_at_exit(void)

@@ -27,6 +27,48 @@ struct mallinfo2 vmap_mallinfo2(void);
 void vmap_malloc_stats(void);
 int vmap_malloc_info(int options, FILE *fp);
 
+/*
+ * Re-entry (alloc.c, "re-entry"): how many range-allocator sections this
+ * thread is inside, and a bit set while a deferred free or munmap waits in
+ * its slots.  A signal handler (or another library's fork handler, run while
+ * fork_prepare holds every lock) that calls in while the depth is non-zero
+ * must not touch the range allocator: it maps, defers or passes to the
+ * kernel instead.  Only code that takes vmapalloc's locks or uses the thread
+ * cache is bracketed, so the small path pays nothing.  One word, so that
+ * leaving a section is one subtraction and one branch.
+ */
+extern __thread unsigned vmap_tls_reentry;
+#define VMAP_REENTRY_DEFERRED 0x80000000u
+void vmap_reentry_leave_slow(void);
+void vmap_deferred_drain(void);
+/* Parks a free (len 0) or a munmap of arena pages until this thread leaves its
+ * outermost section; false when its slots are full. */
+bool vmap_defer(void *p, size_t len);
+
+static inline bool vmap_reentered(void)
+{
+	return __builtin_expect((vmap_tls_reentry & ~VMAP_REENTRY_DEFERRED) != 0, 0);
+}
+
+/* A section; nests.  The handler that competes runs on this thread, so a
+ * compiler barrier orders it.  The increment and decrement are plain: a
+ * handler only ever sets the DEFERRED bit (with an atomic or), and where the
+ * compiler splits the decrement into a load and a store, a handler landing
+ * in between can lose that bit: the parked free then waits for the next one
+ * (x86-64 compiles it to one instruction, which an interrupt cannot split). */
+static inline void vmap_depth_enter(void)
+{
+	vmap_tls_reentry++;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+static inline void vmap_depth_leave(void)
+{
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (__builtin_expect(--vmap_tls_reentry != 0, 0))
+		vmap_reentry_leave_slow(); /* still nested, or something was parked */
+}
+
 /* Life cycle. */
 void vmap_init(void);            /* idempotent; every entry point calls it */
 void vmap_at_exit(void);         /* the destructor: the report */

@@ -27,6 +27,13 @@
  * Owns no state of its own beyond counters; every tag change happens under
  * the owner shard's lock (range.h), system calls outside it.
  *
+ * Re-entered (a signal handler that interrupted this thread inside the
+ * allocator, alloc.h): nothing here may take a shard lock, so mmap goes to
+ * the kernel, munmap of arena pages is deferred to the end of the
+ * interrupted call, and MAP_FIXED or mremap into the arena is refused with
+ * ENOMEM (vmap_*_reentered below).  mprotect, madvise, mincore and mlock
+ * take no lock: they need no other path.
+ *
  * Called by: preload/mmap.c (the exported names).
  */
 #include "mmap.h"
@@ -835,4 +842,44 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 		memset(old, 0, moved); /* DONTUNMAP: the old range reads zero */
 	}
 	return q;
+}
+
+/* ---- re-entered ----------------------------------------------------------- */
+
+void *vmap_mmap_reentered(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	uintptr_t a = (uintptr_t)addr;
+	/* Without MAP_FIXED the kernel never places a mapping over the arena's
+	 * reservation: a hint there is simply not honoured. */
+	if ((flags & MAP_FIXED) && vmap_range_enabled() && len && overlaps_arena(a, a + len))
+		return (void *)(intptr_t)-ENOMEM;
+	count(VMAP_STAT_mmap_passed, 1);
+	return vmap_os_mmap(addr, len, prot, flags, fd, off);
+}
+
+int vmap_munmap_reentered(void *addr, size_t len)
+{
+	uintptr_t a = (uintptr_t)addr;
+	if (!vmap_opt.mmap || !vmap_range_enabled())
+		return vmap_os_munmap(addr, len);
+	if ((a & (VMAP_PAGE - 1)) || len == 0)
+		return -EINVAL;
+	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	uintptr_t e = a + rounded;
+	if (!rounded || e <= a || e > TASK_TOP)
+		return -EINVAL;
+	if (!overlaps_arena(a, e))
+		return vmap_os_munmap(addr, len);
+	/* Checked again (and refused there, with its line) when it is done. */
+	return vmap_defer(addr, rounded) ? 0 : -ENOMEM;
+}
+
+void *vmap_mremap_reentered(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	uintptr_t a = (uintptr_t)old, d = (uintptr_t)new_addr;
+	if (vmap_opt.mmap && vmap_range_enabled() &&
+	    (overlaps_arena(a, a + (old_len ? old_len : 1)) ||
+	     ((flags & MREMAP_FIXED) && overlaps_arena(d, d + new_len))))
+		return (void *)(intptr_t)-ENOMEM;
+	return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
 }

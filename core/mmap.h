@@ -18,4 +18,9 @@ int vmap_mincore(void *addr, size_t len, unsigned char *vec);
 int vmap_mlock(const void *addr, size_t len, unsigned flags, bool two);
 int vmap_munlock(const void *addr, size_t len);
 
+/* The same, from a call that re-entered the allocator (alloc.h): no lock. */
+void *vmap_mmap_reentered(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+int vmap_munmap_reentered(void *addr, size_t len);
+void *vmap_mremap_reentered(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
+
 #endif

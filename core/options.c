@@ -266,9 +266,16 @@ static void report_unknown(const char *name, size_t n, const char *value)
 	VMAP_BUF(b, 2, 512);
 	vmap_buf_str(&b, "vmapalloc: unknown option ");
 	vmap_buf_str(&b, prefix);
-	vmap_buf_mem(&b, name, n);
+	/* Name and value cut to 64 bytes like report_bad's value: one line of
+	 * bounded length whatever the environment holds. */
+	vmap_buf_mem(&b, name, n > 64 ? 64 : n);
+	if (n > 64)
+		vmap_buf_str(&b, "...");
 	vmap_buf_char(&b, '=');
-	vmap_buf_mem(&b, value, str_len(value) > 64 ? 64 : str_len(value));
+	size_t vn = str_len(value);
+	vmap_buf_mem(&b, value, vn > 64 ? 64 : vn);
+	if (vn > 64)
+		vmap_buf_str(&b, "...");
 	if (best_i >= 0 && best <= (n / 3 > 2 ? n / 3 : 2)) {
 		vmap_buf_str(&b, " ignored; did you mean ");
 		vmap_buf_str(&b, prefix);

@@ -6,12 +6,22 @@
  * and so that nothing here depends on libc's syscall wrappers (which vmapalloc
  * interposes for mmap/munmap/mremap).
  *
+ * No libc function either, on the paths init and the hot paths take: the
+ * clock and the CPU id come from the vDSO (found here, through the auxiliary
+ * vector) and glibc's rseq area, not from clock_gettime/sched_getcpu, which
+ * another interposer may intercept and forward through a pointer it has not
+ * set yet when it calls malloc during its own start-up (an ASan program with
+ * verify_asan_link_order=0 jumped to address 0 from here: F7).
+ *
  * Callers: every core module.  Unit tests wrap these symbols at link time.
  */
 #include "os.h"
 
+#include <elf.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdbool.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -183,12 +193,99 @@ int vmap_os_prlimit(int resource, uint64_t *cur, uint64_t *max)
 	return rc;
 }
 
+/* ---- vDSO and rseq ----------------------------------------------------------- */
+
+/* A function of the vDSO by name, or NULL: its symbol table through DT_HASH
+ * (which the x86-64 and arm64 vDSOs carry), versions ignored (one each). */
+static void *vdso_sym(const char *name)
+{
+	uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR); /* reads a table: no hook */
+	if (!base)
+		return NULL;
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)base;
+	const Elf64_Phdr *ph = (const Elf64_Phdr *)(base + eh->e_phoff);
+	const Elf64_Dyn *dyn = NULL;
+	uintptr_t bias = 0;
+	bool loaded = false;
+	for (unsigned i = 0; i < eh->e_phnum; i++) {
+		if (ph[i].p_type == PT_LOAD && !loaded) {
+			bias = base + ph[i].p_offset - ph[i].p_vaddr;
+			loaded = true;
+		} else if (ph[i].p_type == PT_DYNAMIC) {
+			dyn = (const Elf64_Dyn *)(base + ph[i].p_offset);
+		}
+	}
+	if (!dyn || !loaded)
+		return NULL;
+	const Elf64_Sym *sym = NULL;
+	const char *str = NULL;
+	const Elf64_Word *hash = NULL;
+	for (; dyn->d_tag != DT_NULL; dyn++) {
+		if (dyn->d_tag == DT_SYMTAB)
+			sym = (const Elf64_Sym *)(bias + dyn->d_un.d_ptr);
+		else if (dyn->d_tag == DT_STRTAB)
+			str = (const char *)(bias + dyn->d_un.d_ptr);
+		else if (dyn->d_tag == DT_HASH)
+			hash = (const Elf64_Word *)(bias + dyn->d_un.d_ptr);
+	}
+	if (!sym || !str || !hash)
+		return NULL;
+	for (Elf64_Word i = 0; i < hash[1]; i++) { /* nchain = number of symbols */
+		if (ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC || sym[i].st_shndx == SHN_UNDEF)
+			continue;
+		const char *a = str + sym[i].st_name, *b = name;
+		while (*a && *a == *b)
+			a++, b++;
+		if (*a == *b)
+			return (void *)(bias + sym[i].st_value);
+	}
+	return NULL;
+}
+
+/* Resolved on first use (init calls both): 1 = looked up, none there. */
+#define VDSO_NONE ((void *)1)
+static void *vdso_clock_gettime, *vdso_getcpu;
+
+__attribute__((noinline, cold)) static void *vdso_resolve(void **slot, const char *name1,
+							  const char *name2)
+{
+	void *f = vdso_sym(name1);
+	if (!f)
+		f = vdso_sym(name2);
+	if (!f)
+		f = VDSO_NONE;
+	__atomic_store_n(slot, f, __ATOMIC_RELAXED); /* every racer finds the same */
+	return f;
+}
+
+static inline void *vdso_get(void **slot, const char *name1, const char *name2)
+{
+	void *f = __atomic_load_n(slot, __ATOMIC_RELAXED);
+	if (__builtin_expect(f == NULL, 0))
+		f = vdso_resolve(slot, name1, name2);
+	return f == VDSO_NONE ? NULL : f;
+}
+
+/* glibc >= 2.35 registers an rseq area per thread and says where: the kernel
+ * keeps its cpu_id (offset 4) current.  Weak: absent from older glibc. */
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
+
 unsigned vmap_os_cpu(void)
 {
-	/* glibc >= 2.35 answers from its rseq area (no system call); older ones
-	 * use the vDSO.  Only a hint: callers lock what they touch. */
-	int c = sched_getcpu();
-	return c < 0 ? 0u : (unsigned)c;
+	/* Only a hint: callers lock what they touch. */
+	if (&__rseq_size && __rseq_size >= 8) {
+		int c = *(volatile int *)((char *)__builtin_thread_pointer() + __rseq_offset + 4);
+		if (c >= 0)
+			return (unsigned)c;
+	}
+	unsigned c = 0;
+	long (*getcpu)(unsigned *, unsigned *, void *) =
+		(long (*)(unsigned *, unsigned *, void *))vdso_get(&vdso_getcpu, "__vdso_getcpu",
+								     "__kernel_getcpu");
+	if (getcpu ? getcpu(&c, NULL, NULL) : SC(SYS_getcpu, &c, NULL, NULL, 0, 0, 0))
+		return 0;
+	return c;
 }
 
 unsigned vmap_os_ncpu(void)
@@ -205,8 +302,11 @@ unsigned vmap_os_ncpu(void)
 
 uint64_t vmap_os_now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	struct timespec ts = {0, 0};
+	int (*gettime)(clockid_t, struct timespec *) = (int (*)(clockid_t, struct timespec *))vdso_get(
+		&vdso_clock_gettime, "__vdso_clock_gettime", "__kernel_clock_gettime");
+	if (!gettime || gettime(CLOCK_MONOTONIC, &ts) != 0)
+		SC(SYS_clock_gettime, CLOCK_MONOTONIC, &ts, 0, 0, 0, 0);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 

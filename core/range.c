@@ -931,10 +931,25 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	if (vmap_os_is_err(m)) {
 		/* The kernel may have unmapped part of the destination before
 		 * failing (near vm.max_map_count): map it again before the caller
-		 * copies into it; if even that fails, q is lost (kept out of
-		 * circulation, counted as live) and the caller gets NULL. */
-		if (vmap_os_map_fresh(q, span))
+		 * copies into it; if even that fails, q is retired and the caller
+		 * gets NULL.  Retired = foreign (mmap.c): out of circulation, no
+		 * longer a live block, ours again if the program ever munmaps it. */
+		if (vmap_os_map_fresh(q, span)) {
+			struct vmap_pte *qe = vmap_pte_of(vmap_region_of((uintptr_t)q), (uintptr_t)q);
+			uint64_t qt = __atomic_load_n(&qe->tag, __ATOMIC_ACQUIRE);
+			struct vmap_shard *qs = &vmap_shards[vmap_tag_shard(qt)];
+			unsigned qcpu = vmap_os_cpu();
+			vmap_shard_lock(qs);
+			__atomic_store_n(&qe->tag,
+					 vmap_tag_make(VMAP_ST_FOREIGN, qs->id, vmap_tag_pages(qt),
+						       qt & VMAP_TAG_BIG),
+					 __ATOMIC_RELEASE);
+			vmap_shard_unlock(qs);
+			vmap_stat_add_cpu(qcpu, VMAP_STAT_large_blocks_in_use, -1);
+			vmap_stat_add_cpu(qcpu, VMAP_STAT_large_bytes_in_use,
+					  -(int64_t)((vmap_tag_pages(qt) - 1) << VMAP_PAGE_SHIFT));
 			return NULL;
+		}
 		return q; /* caller copies and frees p */
 	}
 	/* p is now zero-filled address space: straight back to free space. */

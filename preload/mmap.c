@@ -2,6 +2,8 @@
  * mmap.c — the exported mmap family of libvmapalloc.so.  Each call enters
  * the core (core/mmap.h) and turns its -errno into errno and the libc return
  * convention (MAP_FAILED or -1).  mmap64 is the same function on LP64.
+ * mmap, munmap and mremap may take shard locks: they are range sections
+ * (alloc.h), and a call that re-enters one takes the lock-free variant.
  */
 /* Meson builds with _FILE_OFFSET_BITS=64, under which glibc's headers rename
  * mmap to mmap64: both names are defined here, so the header must not. */
@@ -37,7 +39,12 @@ static int int_result(int rc)
 EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	vmap_init();
-	return ptr_result(vmap_mmap(addr, len, prot, flags, fd, off));
+	if (vmap_reentered())
+		return ptr_result(vmap_mmap_reentered(addr, len, prot, flags, fd, off));
+	vmap_depth_enter();
+	void *p = vmap_mmap(addr, len, prot, flags, fd, off);
+	vmap_depth_leave();
+	return ptr_result(p);
 }
 
 EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
@@ -48,7 +55,12 @@ EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t o
 EXPORT int munmap(void *addr, size_t len)
 {
 	vmap_init();
-	return int_result(vmap_munmap(addr, len));
+	if (vmap_reentered())
+		return int_result(vmap_munmap_reentered(addr, len));
+	vmap_depth_enter();
+	int rc = vmap_munmap(addr, len);
+	vmap_depth_leave();
+	return int_result(rc);
 }
 
 EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
@@ -61,7 +73,12 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 		va_end(ap);
 	}
 	vmap_init();
-	return ptr_result(vmap_mremap(old, old_len, new_len, flags, new_addr));
+	if (vmap_reentered())
+		return ptr_result(vmap_mremap_reentered(old, old_len, new_len, flags, new_addr));
+	vmap_depth_enter();
+	void *p = vmap_mremap(old, old_len, new_len, flags, new_addr);
+	vmap_depth_leave();
+	return ptr_result(p);
 }
 
 EXPORT int mprotect(void *addr, size_t len, int prot)

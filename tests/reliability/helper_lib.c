@@ -22,7 +22,9 @@ EXPORT void *rel_early_small, *rel_early_large;
 #endif
 
 static unsigned long atfork_calls;
-static void *held[3];
+/* Per thread: glibc (2.36 at least) drops its atfork lock around each
+ * handler, so two threads forking at once run these concurrently. */
+static __thread void *held[3];
 
 /* Named after the library so that the two copies never interpose each other. */
 #ifdef REL_LATE

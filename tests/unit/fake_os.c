@@ -19,6 +19,7 @@ int __real_vmap_os_madvise(void *addr, size_t len, int advice);
 long __real_vmap_os_madvise_batch(const void *iov, size_t n, int advice);
 void *__real_vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
 void *__real_vmap_os_reserve(size_t len, size_t align);
+int __real_vmap_os_map_fresh(void *addr, size_t len);
 
 void *__wrap_vmap_os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 int __wrap_vmap_os_munmap(void *addr, size_t len);
@@ -26,6 +27,7 @@ int __wrap_vmap_os_madvise(void *addr, size_t len, int advice);
 long __wrap_vmap_os_madvise_batch(const void *iov, size_t n, int advice);
 void *__wrap_vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
 void *__wrap_vmap_os_reserve(size_t len, size_t align);
+int __wrap_vmap_os_map_fresh(void *addr, size_t len);
 
 #define MAX_RANGES 8192
 #define MAX_RESERVES 64
@@ -256,4 +258,12 @@ void *__wrap_vmap_os_reserve(size_t len, size_t align)
 	if (err)
 		return (void *)(intptr_t)-err;
 	return __real_vmap_os_reserve(len, align);
+}
+
+int __wrap_vmap_os_map_fresh(void *addr, size_t len)
+{
+	int err = enter(FAKE_MAP_FRESH);
+	if (err)
+		return -err;
+	return __real_vmap_os_map_fresh(addr, len);
 }

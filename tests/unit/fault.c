@@ -275,6 +275,36 @@ Test(fault, mremap_failure_leaves_the_block_for_the_caller_to_copy)
 	vmap_range_check();
 }
 
+/* F3: near vm.max_map_count a failed MREMAP_FIXED may unmap part of the
+ * destination, and mapping it again may fail too: the move gives up.  The
+ * destination is retired (foreign: never handed out again while its pages
+ * may be missing), and no longer counted as a live block. */
+Test(fault, move_whose_destination_cannot_be_mapped_again_is_not_counted_live)
+{
+	range_setup(quiet);
+	bool zero;
+	unsigned char *p = vmap_range_alloc(4 * MiB, VMAP_PAGE, &zero);
+	size_t old = vmap_range_usable(p, "test");
+	fill(p, old, 55);
+	int64_t blocks = ctr(VMAP_STAT_large_blocks_in_use);
+	int64_t bytes = ctr(VMAP_STAT_large_bytes_in_use);
+	fake_fail_always(FAKE_MREMAP, ENOMEM);
+	fake_fail_always(FAKE_MAP_FRESH, ENOMEM);
+	bool moved = true;
+	cr_assert_null(vmap_range_move(p, 16 * MiB, &moved));
+	cr_assert_not(moved);
+	cr_assert_eq(fake_calls(FAKE_MAP_FRESH), 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), blocks, "the retired destination is not live");
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), bytes);
+	cr_assert_eq(vmap_tag_state(tag_of(p)), VMAP_ST_LIVE, "p is still the caller's");
+	cr_assert(check(p, old, 55), "p intact");
+	fake_fail_clear(FAKE_MREMAP);
+	fake_fail_clear(FAKE_MAP_FRESH);
+	vmap_range_free(p, "free");
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), blocks - 1);
+	vmap_range_check();
+}
+
 Test(fault, move_without_an_area_returns_null_and_keeps_the_block)
 {
 	range_setup(small_arena);

@@ -269,6 +269,21 @@ Test(options, unknown_name_is_counted_and_suggests_the_nearest)
 	cr_assert_eq(vmap_opt.shards, 0);
 }
 
+Test(options, overlong_unknown_name_is_cut_in_the_message)
+{
+	char assignment[1200] = "VMAPALLOC_";
+	size_t n = strlen(assignment);
+	memset(assignment + n, 'N', 1000);
+	strcpy(assignment + n + 1000, "=1");
+	const char *env[] = {assignment, NULL};
+	char err[4096];
+	cr_assert_eq(parse_capture(env, err, sizeof err), 1);
+	cr_assert_eq(count_lines(err), 1, "%s", err);
+	cr_assert(strstr(err, "unknown option VMAPALLOC_NNNN") != NULL, "%s", err);
+	cr_assert(strstr(err, "N...=1") != NULL, "the name is shown cut with ...: %s", err);
+	cr_assert(strlen(err) < 300, "the name is cut to 64 bytes in the line: %zu", strlen(err));
+}
+
 Test(options, unknown_far_name_points_to_help)
 {
 	const char *env[] = {"VMAPALLOC_ZZZZZZZZZZZZ=1", "VMAPALLOC_QQ=1", NULL};
