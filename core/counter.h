@@ -59,12 +59,14 @@ static inline struct rseq *vmap_rseq_area(void)
  * glibc registered), which starts over.  Returns the slot, or NULL when the
  * CPU number has no slot (the caller adds to the base instead).
  */
-static inline int64_t *vmap_rseq_slot_add(int64_t *slots, enum vmap_stat s, int64_t d)
+static inline int64_t *vmap_rseq_slot_add_on(int64_t *slots, enum vmap_stat s, int64_t d,
+					     uint32_t only_cpu)
 {
 	struct rseq *rs = vmap_rseq_area();
 	for (;;) {
 		uint32_t cpu = __atomic_load_n(&rs->cpu_id_start, __ATOMIC_RELAXED);
-		if (__builtin_expect(cpu >= vmap_counter_nslots, 0))
+		if (__builtin_expect(cpu >= vmap_counter_nslots, 0) ||
+		    (only_cpu != UINT32_MAX && cpu != only_cpu))
 			return NULL;
 		int64_t *slot = &slots[cpu * VMAP_STAT_STRIDE + s];
 		__asm__ __volatile__ goto(
@@ -95,6 +97,11 @@ static inline int64_t *vmap_rseq_slot_add(int64_t *slots, enum vmap_stat s, int6
 		return slot;
 	abort:;
 	}
+}
+
+static inline int64_t *vmap_rseq_slot_add(int64_t *slots, enum vmap_stat s, int64_t d)
+{
+	return vmap_rseq_slot_add_on(slots, s, d, UINT32_MAX);
 }
 #endif
 

@@ -294,6 +294,27 @@ Test(purge, a_lazy_max_set_by_the_user_is_a_hard_cap)
 	cr_assert(ctr(VMAP_STAT_purges) >= 2, "pressure purged again instead of raising the limit");
 }
 
+Test(purge, a_negative_approximate_cache_is_no_pressure)
+{
+	/* Per-CPU mode: the base alone may be below zero while the slots hold
+	 * the rest (frees counted on one CPU, allocations on another). */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	cr_assert(vmap_counter_go_percpu());
+	void *p = alloc_ok(A64K);
+	vmap_range_free(p, "free");
+	int64_t exact = ctr(VMAP_STAT_cached_bytes);
+	__atomic_add_fetch(&vmap_counter_base[VMAP_STAT_cached_bytes], -(int64_t)(4 * MiB),
+			   __ATOMIC_RELAXED);
+	__atomic_add_fetch(&vmap_counter_slots[VMAP_STAT_cached_bytes], (int64_t)(4 * MiB),
+			   __ATOMIC_RELAXED);
+	cr_assert(vmap_stat_read_approx(VMAP_STAT_cached_bytes) < 0);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), exact);
+	int64_t purges = ctr(VMAP_STAT_purges);
+	vmap_purge_maybe(vmap_os_now_ns());
+	cr_assert_eq(ctr(VMAP_STAT_purges), purges, "-4 MiB cached read as over the limit");
+}
+
 Test(purge, pressure_purge_through_purge_maybe)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
