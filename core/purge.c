@@ -12,7 +12,7 @@
  *     last pressure purge means the program refaults what was just purged
  *     (bench random: 64 MiB cached, 128 MiB live, 30 faults per operation,
  *     for 4% less RSS than not purging), so the limit doubles instead, up to
- *     twice the bytes the program has in use; a delay without pressure halves it
+ *     twice the bytes the program has in use (or had at its peak); a delay without pressure halves it
  *     back.  A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no growth.  Age still returns whatever waits longer than the delay;
  *   - or cached areas have waited longer than VMAPALLOC_PURGE_DELAY_MS: those
  *     (and only those) are released, checked at most once per delay;
@@ -289,7 +289,15 @@ static bool limit_grows(uint64_t cached, uint64_t now)
 	__atomic_store_n(&vmap_pressure_ns, now, __ATOMIC_RELAXED);
 	if (!last || now - last > window)
 		return false;
+	/* In use: now, or at the peak of large blocks -- a program that frees its
+	 * biggest block just before allocating it again (bench realloc: growth
+	 * to 64 MiB, free, again) is at its low point exactly when the pressure
+	 * comes.  Memory cached on the strength of an old peak still goes with
+	 * age, and the limit decays once the refaulting stops. */
 	uint64_t in_use = approx(VMAP_STAT_large_bytes_in_use) + approx(VMAP_STAT_mmap_bytes_in_use);
+	int64_t peak = __atomic_load_n(&vmap_stat_peak_large_bytes, __ATOMIC_RELAXED);
+	if (peak > 0 && (uint64_t)peak > in_use)
+		in_use = (uint64_t)peak;
 	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
 	uint64_t ceiling = 2 * in_use > vmap_lazy_max ? 2 * in_use : vmap_lazy_max;
 	if (limit >= ceiling)

@@ -275,6 +275,30 @@ Test(purge, pressure_limit_adapts_to_refaulting_and_decays_back)
 	cr_assert_eq(ctr(VMAP_STAT_purges), purges + 1);
 }
 
+Test(purge, the_limit_grows_with_the_peak_when_the_big_block_is_freed_each_time)
+{
+	/* bench realloc: grow to a big block, free it, again.  The pressure comes
+	 * at the free, when nothing is in use: the ceiling is the peak. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000", NULL};
+	range_setup(env);
+	vmap_lazy_max = vmap_lazy_limit = MiB;
+	int64_t purges = 0;
+	for (int round = 0; round < 8; round++) {
+		void *p = alloc_ok(4 * MiB);
+		vmap_range_free(p, "free");
+		if (round == 4)
+			purges = ctr(VMAP_STAT_purges);
+	}
+	/* The limit doubles at each pressure (1, 2, 4, 8 MiB): then the block
+	 * stays cached and later rounds reuse it. */
+	cr_assert(ctr(VMAP_STAT_lazy_limit_raised) >= 1);
+	cr_assert(vmap_lazy_limit > 4 * MiB, "limit %lu", (unsigned long)vmap_lazy_limit);
+	cr_assert(vmap_lazy_limit <= 2 * (4 * MiB + 2 * MiB), "limit %lu over twice the peak",
+		  (unsigned long)vmap_lazy_limit);
+	cr_assert_eq(ctr(VMAP_STAT_purges), purges, "still purging after round 4 (%ld purges)",
+		     (long)ctr(VMAP_STAT_purges));
+}
+
 Test(purge, a_lazy_max_set_by_the_user_is_a_hard_cap)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000",
