@@ -110,7 +110,7 @@ static struct piece piece_at(struct vmap_region *r, uintptr_t a)
 	size_t i = (a - r->base) >> VMAP_PAGE_SHIFT;
 	struct piece p = {0, 0, 0, PIECE_HOLE};
 	size_t c = i >> (VMAP_CHUNK_SHIFT - VMAP_PAGE_SHIFT);
-	if (!__atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED)) {
+	if (vmap_chunk_is_free(__atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED))) {
 		/* A chunk no shard took yet: free, up to the chunk's end. */
 		p.head = a;
 		p.end = r->base + ((c + 1) << VMAP_CHUNK_SHIFT);

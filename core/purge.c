@@ -225,8 +225,13 @@ static void reinsert(unsigned n, int advice)
 		unsigned state = (victims[i].tag & VMAP_TAG_PROTECTED)       ? VMAP_RUN_GUARDED
 				 : victim_ok[i] && advice == MADV_DONTNEED ? VMAP_RUN_ZERO
 									   : VMAP_RUN_ADVISED;
-		vmap_free_insert_locked(s, victims[i].a, victims[i].pages, state,
-					victims[i].tag & VMAP_TAG_BIG, 0);
+		uintptr_t run = vmap_free_insert_locked(s, victims[i].a, victims[i].pages, state,
+							victims[i].tag & VMAP_TAG_BIG, 0);
+		/* A chunk purged whole is worth more to every shard than to this
+		 * one: after a program frees everything, another CPU may need it
+		 * (F9). */
+		if (state == VMAP_RUN_ZERO)
+			vmap_chunks_give_back_locked(s, run);
 	}
 	if (s)
 		vmap_shard_unlock(s);

@@ -26,6 +26,10 @@
  *    both win); every other tag change happens under the owner shard's lock.
  *  - An area belongs to the shard that owns its chunk, for its whole life;
  *    free runs merge only with runs of the same shard and kind (small/big).
+ *  - A chunk goes back to the arena (owner 0, any shard may claim it) only
+ *    when one known-zero free run covers it whole, after a purge or a move:
+ *    otherwise a program that frees everything on one CPU would leave the
+ *    address space to that CPU's shard alone (F9).
  *  - Areas of 2 MiB and more live in "big" chunks (2 MiB aligned, advised
  *    MADV_HUGEPAGE) so transparent huge pages can back them; small areas never
  *    share a chunk with them, so THP cannot inflate small blocks.
@@ -33,7 +37,8 @@
  *
  * Locks: shard->lock (rank SHARD) protects the shard's pools, bins and the
  * tags of its areas; vmap_global_lock (rank GLOBAL) protects the chunk maps
- * and region list; it is taken only to hand out chunks (once per 64 MiB).
+ * and region list; it is taken only to hand out chunks (once per 64 MiB) and
+ * to take whole ones back (under a shard lock: rank SHARD, then GLOBAL).
  *
  * Called by: alloc.c (the facade), purge.c.
  */
@@ -49,6 +54,7 @@
 
 #ifndef MADV_HUGEPAGE
 #define MADV_HUGEPAGE 14
+#define MADV_NOHUGEPAGE 15
 #endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -135,24 +141,68 @@ static int region_add(size_t want, size_t at_least)
 	return 0;
 }
 
-/* Finds n free chunks in a row, marks them owned; global lock held. */
-static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n)
+/* Finds n free chunks in a row, marks them owned; global lock held.  Free
+ * chunks of the request's kind first (a chunk given back after big use keeps
+ * its MADV_HUGEPAGE: only a small claim that finds nothing else takes one;
+ * *unadvise tells the caller to advise it back). */
+static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *unadvise)
 {
 	uint16_t owner = (uint16_t)((shard + 1) | (big ? 0x8000u : 0));
-	for (unsigned i = 0; i < vmap_nregions; i++) {
-		struct vmap_region *r = &vmap_regions[i];
-		size_t run = 0;
-		for (size_t c = 0; c < r->nchunks; c++) {
-			run = r->chunk_owner[c] ? 0 : run + 1;
-			if (run == n) {
-				size_t first = c + 1 - n;
-				for (size_t k = first; k <= c; k++)
-					__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
-				return r->base + (first << VMAP_CHUNK_SHIFT);
+	uint16_t kind = big ? VMAP_CHUNK_WAS_BIG : 0;
+	*unadvise = false;
+	for (int any = 0; any < 2; any++)
+		for (unsigned i = 0; i < vmap_nregions; i++) {
+			struct vmap_region *r = &vmap_regions[i];
+			size_t run = 0;
+			for (size_t c = 0; c < r->nchunks; c++) {
+				uint16_t o = r->chunk_owner[c];
+				run = vmap_chunk_is_free(o) && (any || o == kind) ? run + 1 : 0;
+				if (run == n) {
+					size_t first = c + 1 - n;
+					for (size_t k = first; k <= c; k++) {
+						*unadvise |= !big && r->chunk_owner[k] == VMAP_CHUNK_WAS_BIG;
+						__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
+					}
+					return r->base + (first << VMAP_CHUNK_SHIFT);
+				}
 			}
 		}
-	}
 	return 0;
+}
+
+void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
+{
+	struct vmap_region *r = vmap_region_of(run);
+	struct vmap_pte *e = vmap_pte_of(r, run);
+	uint64_t t = e->tag, pages = vmap_tag_pages(t);
+	if (pages < VMAP_CHUNK_PAGES || vmap_tag_run_state(t) != VMAP_RUN_ZERO)
+		return; /* the common case: one compare */
+	/*
+	 *   run:     [ lead |  chunk  |  chunk  | tail ]
+	 *   kept:    [ lead ]                   [ tail ]   (free runs of s, zero)
+	 *   given:          [ owner 0 | owner 0 ]          (tags all 0)
+	 */
+	uintptr_t end = run + (pages << VMAP_PAGE_SHIFT);
+	uintptr_t cs = (run + VMAP_CHUNK - 1) & ~(uintptr_t)(VMAP_CHUNK - 1);
+	uintptr_t ce = end & ~(uintptr_t)(VMAP_CHUNK - 1);
+	if (ce <= cs)
+		return;
+	bool big = t & VMAP_TAG_BIG;
+	uint64_t stamp = e->stamp;
+	vmap_run_take_locked(s, e, t);
+	if (cs > run)
+		vmap_run_set_locked(s, r, run, (cs - run) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, big, stamp);
+	if (end > ce)
+		vmap_run_set_locked(s, r, ce, (end - ce) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, big, stamp);
+	/* Rank GLOBAL under rank SHARD: the order chunks_acquire's callers never
+	 * invert (they hold no shard lock while they take the global one). */
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
+	for (uintptr_t c = cs; c < ce; c += VMAP_CHUNK)
+		__atomic_store_n(&r->chunk_owner[(c - r->base) >> VMAP_CHUNK_SHIFT],
+				 (uint16_t)(big ? VMAP_CHUNK_WAS_BIG : 0), __ATOMIC_RELEASE);
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_returned, (int64_t)((ce - cs) >> VMAP_CHUNK_SHIFT));
 }
 
 bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s)
@@ -161,16 +211,19 @@ bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s)
 	if (!r)
 		return false;
 	size_t c = (a - r->base) >> VMAP_CHUNK_SHIFT;
-	bool claimed = false;
+	bool claimed = false, unadvise = false;
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
-	if (!r->chunk_owner[c]) {
+	if (vmap_chunk_is_free(r->chunk_owner[c])) {
+		unadvise = r->chunk_owner[c] == VMAP_CHUNK_WAS_BIG;
 		__atomic_store_n(&r->chunk_owner[c], (uint16_t)(s->id + 1), __ATOMIC_RELEASE);
 		claimed = true;
 	}
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	if (!claimed)
 		return true; /* someone else did: it is a run now */
+	if (unadvise)
+		vmap_os_madvise((void *)(r->base + (c << VMAP_CHUNK_SHIFT)), VMAP_CHUNK, MADV_NOHUGEPAGE);
 	vmap_shard_lock(s);
 	vmap_free_insert_locked(s, r->base + (c << VMAP_CHUNK_SHIFT), VMAP_CHUNK_PAGES, VMAP_RUN_ZERO,
 				false, 0);
@@ -182,13 +235,14 @@ static uintptr_t chunks_acquire(struct vmap_shard *s, bool big, size_t n)
 {
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
-	uintptr_t a = chunks_claim_locked(s->id, big, n);
+	bool unadvise;
+	uintptr_t a = chunks_claim_locked(s->id, big, n, &unadvise);
 	if (!a) {
 		size_t want = vmap_reserve_size, need = n << VMAP_CHUNK_SHIFT;
 		if (want < need)
 			want = (need + VMAP_CHUNK - 1) & ~(VMAP_CHUNK - 1);
 		if (region_add(want, need) == 0)
-			a = chunks_claim_locked(s->id, big, n);
+			a = chunks_claim_locked(s->id, big, n, &unadvise);
 	}
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	if (!a)
@@ -196,6 +250,8 @@ static uintptr_t chunks_acquire(struct vmap_shard *s, bool big, size_t n)
 	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_taken, (int64_t)n);
 	if (big && vmap_opt.hugepage)
 		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_HUGEPAGE);
+	else if (unadvise) /* THP would inflate small blocks (one more VMA, rare) */
+		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_NOHUGEPAGE);
 	return a;
 }
 
@@ -303,8 +359,8 @@ static bool run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state)
 	       vmap_tag_run_state(t) == state;
 }
 
-void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
-			     unsigned state, bool big, uint64_t now)
+uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
+				  unsigned state, bool big, uint64_t now)
 {
 	struct vmap_region *r = vmap_region_of(start);
 	struct vmap_pte *e = vmap_pte_of(r, start);
@@ -334,6 +390,7 @@ void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pag
 		}
 	}
 	vmap_run_set_locked(s, r, start, pages, state, big, now);
+	return start;
 }
 
 /* A run of list li that holds `pages` pages at `align`, or 0.  The first
@@ -793,8 +850,9 @@ void vmap_range_free(void *p, const char *who)
 		 * it restores plain read-write memory, zero-filled. */
 		if (!vmap_os_map_fresh(p, (size_t)bytes)) {
 			vmap_shard_lock(owner);
-			vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
-						t & VMAP_TAG_BIG, now);
+			vmap_chunks_give_back_locked(
+				owner, vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
+							       t & VMAP_TAG_BIG, now));
 			vmap_shard_unlock(owner);
 			vmap_stat_add_local(VMAP_STAT_large_frees, 1);
 			vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
@@ -958,7 +1016,8 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	unsigned cpu = vmap_os_cpu();
 	vmap_shard_lock(s);
 	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
-	vmap_free_insert_locked(s, (uintptr_t)p, pages, VMAP_RUN_ZERO, big, 0);
+	vmap_chunks_give_back_locked(s, vmap_free_insert_locked(s, (uintptr_t)p, pages, VMAP_RUN_ZERO,
+								big, 0));
 	vmap_shard_unlock(s);
 	vmap_stat_add_local(VMAP_STAT_large_frees, 1);
 	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
@@ -1121,7 +1180,7 @@ void vmap_range_check(void)
 		uint64_t prev_free = UINT64_MAX;
 		while (a < end) {
 			size_t c = (a - r->base) >> VMAP_CHUNK_SHIFT;
-			if (!r->chunk_owner[c]) {
+			if (vmap_chunk_is_free(r->chunk_owner[c])) {
 				a = r->base + ((c + 1) << VMAP_CHUNK_SHIFT);
 				prev_free = UINT64_MAX;
 				continue;

@@ -132,10 +132,20 @@ struct vmap_region {
 	uintptr_t base;
 	size_t size;
 	struct vmap_pte *pt;     /* size / PAGE entries */
-	uint16_t *chunk_owner;   /* 0 free, else (shard + 1) | big << 15 */
+	uint16_t *chunk_owner;   /* (shard + 1) | big << 15; shard bits 0: free (see below) */
 	size_t nchunks;
 	size_t pt_bytes, owner_bytes;
 };
+
+/* A chunk whose owner has no shard bits is free for any shard to claim.
+ * VMAP_CHUNK_WAS_BIG alone marks a free chunk a shard gave back after using it
+ * for the big kind: its range is still advised MADV_HUGEPAGE, so claims prefer
+ * it for big areas and a small claim that has to take it advises it back. */
+#define VMAP_CHUNK_WAS_BIG 0x8000u
+static inline bool vmap_chunk_is_free(uint16_t owner)
+{
+	return !(owner & 0x7fffu);
+}
 
 /* Pools: one per exact area size of 2..POOL_PAGES+1 pages (guard included).
  * Larger freed areas become resident ("dirty") free runs that coalesce with
@@ -200,8 +210,9 @@ static inline void vmap_shard_unlock(struct vmap_shard *s)
 	vmap_unlock(&s->lock, VMAP_RANK_SHARD);
 }
 /* Turns a purged (or never used) run into free space, merging with free
- * neighbours of the same shard and kind.  Shard lock held. */
-void vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
+ * neighbours of the same shard and kind.  Shard lock held.  Returns the start
+ * of the merged run. */
+uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
 			     unsigned state, bool big, uint64_t now);
 struct vmap_victim {
 	uintptr_t a;
@@ -240,6 +251,10 @@ bool vmap_range_is_metadata(uintptr_t a, uintptr_t e);
 bool vmap_range_guard_on(void);
 /* Drains this thread's cache and every shard's pools into free runs. */
 void vmap_range_flush_cached(void);
+/* The known-zero free run starting at run: the whole chunks it covers go back
+ * to the arena, for any shard to claim (F9).  Shard lock held; takes the
+ * global lock (a higher rank) only when there is a whole chunk to give. */
+void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
 /* Claims the unclaimed chunk holding a for shard s, as zero free space. */
 bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s);
 void vmap_purge_fork_prepare(void);

@@ -81,6 +81,8 @@ Test(purge, adjacent_areas_are_released_as_one_range)
 		p[i] = alloc_ok(A64K);
 	for (int i = 1; i < N; i++)
 		cr_assert_eq((char *)p[i], (char *)p[i - 1] + AREA64K, "carved back to back");
+	/* Live after them: the chunk is not given back whole (see range.c). */
+	cr_assert_eq((char *)alloc_ok(A64K), (char *)p[N - 1] + AREA64K);
 	/* Free in a scrambled order: the purge sorts by address. */
 	for (int i = 0; i < N; i++)
 		vmap_range_free(p[(i * 37) % N], "free");
@@ -93,7 +95,7 @@ Test(purge, adjacent_areas_are_released_as_one_range)
 	cr_assert_eq(r[0].len, (size_t)(N * AREA64K));
 	cr_assert_eq(fake_calls(FAKE_MADVISE_BATCH), 0, "one run needs no batch");
 	cr_assert_eq(ctr(VMAP_STAT_purge_syscalls), 1);
-	/* And the areas became one free run (with the chunk's rest). */
+	/* And the areas became one free run (with any free space before them). */
 	cr_assert_eq(vmap_tag_state(tag_of(p[0])), VMAP_ST_FREE);
 	for (int i = 1; i < N; i++)
 		cr_assert_eq(tag_of(p[i]), 0, "merged: no tag inside the run");
@@ -444,9 +446,14 @@ Test(purge, purged_runs_merge_with_free_neighbours)
 	cr_assert(vmap_tag_pages(tag_of(c)) > 17);
 	vmap_range_free(b, "free");
 	vmap_range_purge(true);
-	cr_assert_eq(vmap_tag_state(tag_of(a)), VMAP_ST_FREE);
-	cr_assert_eq(vmap_tag_pages(tag_of(a)), VMAP_CHUNK_PAGES, "the whole chunk is one run again");
-	cr_assert_eq(vmap_shards[0].free_pages[0], VMAP_CHUNK_PAGES);
+	/* The whole chunk was one zero run again: so it went back to the arena
+	 * (owner free, no tag left in it), for any shard to claim. */
+	struct vmap_region *r = vmap_region_of((uintptr_t)a);
+	cr_assert(vmap_chunk_is_free(r->chunk_owner[((uintptr_t)a - r->base) >> VMAP_CHUNK_SHIFT]));
+	cr_assert_eq(tag_of(a), 0);
+	cr_assert_eq(vmap_shards[0].free_pages[0], 0);
+	cr_assert_eq(ctr(VMAP_STAT_chunks_returned), 1);
+	vmap_range_check();
 }
 
 Test(purge, big_areas_purge_and_merge_too)
@@ -461,6 +468,7 @@ Test(purge, big_areas_purge_and_merge_too)
 	unsigned runs = 1; /* areas that do not touch their predecessor start a run */
 	for (int i = 1; i < 4; i++)
 		runs += (char *)p[i] != (char *)p[i - 1] + area;
+	bool big = tag_of(p[0]) & VMAP_TAG_BIG;
 	for (int i = 0; i < 4; i++)
 		vmap_range_free(p[i], "free");
 	fake_reset();
@@ -468,12 +476,52 @@ Test(purge, big_areas_purge_and_merge_too)
 	cr_assert_eq(vmap_range_purge(true), 4 * area);
 	struct fake_range r[8];
 	cr_assert_eq(fake_advised(MADV_DONTNEED, r, 8), runs);
-	cr_assert_eq(vmap_tag_pages(tag_of(p[0])), VMAP_CHUNK_PAGES,
-		     "areas (and any gaps) merged into the whole chunk");
+	/* Areas (and any gaps) merged into the whole chunk, which went back to
+	 * the arena (marked with its kind); the next claim takes it again. */
+	struct vmap_region *reg = vmap_region_of((uintptr_t)p[0]);
+	uint16_t owner = reg->chunk_owner[((uintptr_t)p[0] - reg->base) >> VMAP_CHUNK_SHIFT];
+	cr_assert(vmap_chunk_is_free(owner));
+	cr_assert_eq(owner, big ? VMAP_CHUNK_WAS_BIG : 0);
+	cr_assert_eq(tag_of(p[0]), 0);
 	bool zero = false;
 	void *q = vmap_range_alloc(3 * MiB, VMAP_PAGE, &zero);
 	cr_assert_eq(q, p[0]);
 	cr_assert(zero && all_zero(q, 3 * MiB));
+}
+
+/* A big chunk given back keeps its MADV_HUGEPAGE: small claims take other
+ * free chunks first, and one that must take it advises it back, so that
+ * transparent huge pages cannot inflate small blocks. */
+Test(purge, a_big_chunk_given_back_goes_to_small_blocks_last_and_unadvised)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_RESERVE=256M", "VMAPALLOC_HUGEPAGE=1",
+			     "VMAPALLOC_HUGEPAGE_MIN=32M", NULL};
+	range_setup(env);
+	fake_fail_always(FAKE_RESERVE, -ENOMEM); /* no second region: 4 chunks */
+	void *b = alloc_ok(40 * MiB);
+	cr_assert(tag_of(b) & VMAP_TAG_BIG);
+	struct vmap_region *r = vmap_region_of((uintptr_t)b);
+	size_t bc = ((uintptr_t)b - r->base) >> VMAP_CHUNK_SHIFT;
+	vmap_range_free(b, "free");
+	vmap_range_purge(true);
+	cr_assert_eq(r->chunk_owner[bc], VMAP_CHUNK_WAS_BIG);
+	/* 30 MiB small blocks, two per chunk: the three other chunks first. */
+	void *s[7];
+	for (int i = 0; i < 6; i++) {
+		s[i] = alloc_ok(30 * MiB);
+		cr_assert_not(tag_of(s[i]) & VMAP_TAG_BIG);
+		cr_assert_neq(((uintptr_t)s[i] - r->base) >> VMAP_CHUNK_SHIFT, bc);
+	}
+	fake_reset();
+	s[6] = alloc_ok(30 * MiB);
+	cr_assert_eq(((uintptr_t)s[6] - r->base) >> VMAP_CHUNK_SHIFT, bc, "the last free chunk");
+	struct fake_range adv[4];
+	cr_assert_eq(fake_advised(MADV_NOHUGEPAGE, adv, 4), 1);
+	cr_assert_eq(adv[0].addr, r->base + (bc << VMAP_CHUNK_SHIFT));
+	cr_assert_eq(adv[0].len, VMAP_CHUNK);
+	for (int i = 0; i < 7; i++)
+		vmap_range_free(s[i], "free");
 }
 
 Test(purge, purge_covers_every_shard)

@@ -9,6 +9,7 @@
  */
 #include "unit.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -299,6 +300,7 @@ Test(range, double_free_after_purge_aborts, .signal = SIGABRT)
 {
 	range_setup(one_shard);
 	void *p = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	alloc_ok(64 * KiB, VMAP_PAGE, NULL); /* live: the chunk is not given back whole */
 	vmap_range_free(p, "free");
 	vmap_range_purge(true);
 	cr_assert_eq(vmap_tag_state(tag_of(p)), VMAP_ST_FREE);
@@ -594,6 +596,90 @@ Test(range, exhausted_region_adds_another, .timeout = 60)
 		vmap_range_free(p[i], "free");
 	vmap_range_purge(true);
 	vmap_range_check();
+}
+
+/* Pins the calling thread to the nth CPU it may run on; false if there is none. */
+static bool pin_to_nth_allowed_cpu(int nth)
+{
+	cpu_set_t all, one;
+	if (sched_getaffinity(0, sizeof all, &all) != 0)
+		return false;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all) && nth-- == 0) {
+			CPU_ZERO(&one);
+			CPU_SET(c, &one);
+			return sched_setaffinity(0, sizeof one, &one) == 0;
+		}
+	return false;
+}
+
+/* F9: a program frees everything it allocated on one CPU; the purge leaves
+ * whole known-zero chunks, which must go back to the arena so that another
+ * CPU's shard can claim them (rather than a new region, or NULL under an
+ * address-space limit). */
+Test(range, purged_whole_chunks_go_back_to_the_arena_for_any_shard, .timeout = 60)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=2", "VMAPALLOC_RESERVE=256M",
+			     "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	bool two_cpus = pin_to_nth_allowed_cpu(0) && pin_to_nth_allowed_cpu(1);
+	if (two_cpus)
+		pin_to_nth_allowed_cpu(0);
+	range_setup(env);
+	struct vmap_region *r = &vmap_regions[0];
+	cr_assert_eq(r->nchunks, 4);
+	/* 60 MiB areas: one per chunk, so four fill the region. */
+	static void *p[4];
+	for (int i = 0; i < 4; i++) {
+		p[i] = alloc_ok(60 * MiB, VMAP_PAGE, NULL);
+		fill(p[i], 60 * MiB, (uintptr_t)i);
+	}
+	cr_assert_eq(vmap_nregions, 1, "four 60 MiB blocks fit the 256 MiB region");
+	unsigned first_shard = vmap_tag_shard(tag_of(p[0]));
+	for (int i = 0; i < 4; i++)
+		vmap_range_free(p[i], "free");
+	vmap_range_purge(true);
+	vmap_range_check();
+	for (size_t c = 0; c < r->nchunks; c++)
+		cr_assert(vmap_chunk_is_free(r->chunk_owner[c]),
+			  "chunk %zu still owned (%#x) after everything was freed and purged", c,
+			  r->chunk_owner[c]);
+	cr_assert_eq(ctr(VMAP_STAT_chunks_returned), 4);
+	/* Another CPU (shard), where there is one: the same four blocks fit the
+	 * region again, its chunks are zero, and no region is added. */
+	if (two_cpus)
+		pin_to_nth_allowed_cpu(1);
+	for (int i = 0; i < 4; i++) {
+		bool zero;
+		p[i] = alloc_ok(60 * MiB, VMAP_PAGE, &zero);
+		cr_assert(zero, "a chunk given back after a purge is known zero");
+		cr_assert_eq(((char *)p[i])[0], 0);
+		cr_assert_eq(((char *)p[i])[60 * MiB - 1], 0);
+		if (two_cpus && vmap_os_cpu() % 2 != first_shard)
+			cr_assert_neq(vmap_tag_shard(tag_of(p[i])), first_shard);
+	}
+	cr_assert_eq(vmap_nregions, 1, "the second fill reused the chunks given back");
+	for (int i = 0; i < 4; i++)
+		vmap_range_free(p[i], "free");
+}
+
+/* Only whole chunks go back: a purged run that covers part of a chunk stays
+ * with its shard, and a chunk with a live block in it is never given back. */
+Test(range, partly_used_chunks_are_not_given_back)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	void *keep = alloc_ok(8 * MiB, VMAP_PAGE, NULL);
+	void *gone = alloc_ok(40 * MiB, VMAP_PAGE, NULL);
+	vmap_range_free(gone, "free");
+	vmap_range_purge(true);
+	vmap_range_check();
+	struct vmap_region *r = vmap_region_of((uintptr_t)keep);
+	cr_assert_not(vmap_chunk_is_free(r->chunk_owner[((uintptr_t)keep - r->base) >> VMAP_CHUNK_SHIFT]));
+	cr_assert_eq(ctr(VMAP_STAT_chunks_returned), 0);
+	vmap_range_free(keep, "free");
+	vmap_range_purge(true);
+	vmap_range_check();
+	cr_assert_eq(ctr(VMAP_STAT_chunks_returned), 1);
 }
 
 Test(range, small_reservation_fits_a_request_of_most_of_it)
