@@ -714,6 +714,15 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	return NULL;
 }
 
+/* After large_bytes_in_use grew: in atomic mode the peak is noted here, from
+ * the base and this thread's unfolded delta (per-CPU mode notes it at folds). */
+static inline void note_peak(void)
+{
+	if (!vmap_counter_slots)
+		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
+				    vmap_local.n[VMAP_STAT_large_bytes_in_use]);
+}
+
 void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 {
 	bool big;
@@ -772,9 +781,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, 1);
 	vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, usable);
 	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, usable);
-	if (!vmap_counter_slots) /* (per-CPU mode notes the peak at folds) */
-		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
-				    vmap_local.n[VMAP_STAT_large_bytes_in_use]);
+	note_peak();
 #ifdef VMAP_DEBUG
 	if (!vmap_threads_seen) /* the model walk is for one thread only */
 		vmap_range_check();
@@ -948,6 +955,7 @@ bool vmap_range_resize(void *p, size_t size)
 			done = true;
 			int64_t grown = (int64_t)(extra << VMAP_PAGE_SHIFT);
 			vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, grown);
+			note_peak(); /* (the purge's limit grows up to twice the peak) */
 			vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, grown);
 		}
 	}
