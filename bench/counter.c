@@ -11,9 +11,8 @@
  *                 vmap_counter_go_percpu(): the CPU looked up on every update
  *   percpu-hint   per-CPU mode, the CPU hint looked up once per 256 updates
  *                 (what a caller holding a shard id or a cached CPU pays)
- *   rseq-proto    NOT the core: a prototype of a per-CPU add without a lock
- *                 prefix, in a restartable sequence (glibc's rseq area), to
- *                 show what a non-atomic per-CPU slot would cost
+ *   rseq-bare     the core's restartable per-CPU add (no lock prefix) alone,
+ *                 on a static slot array: the floor of a per-CPU update
  *   local         vmap_stat_inc_local(C): the per-thread batched event count
  *                 (per-CPU mode underneath)
  *   atomic-bytes  byte gauge in atomic mode: bursts of 8 allocations of
@@ -65,7 +64,7 @@ enum row {
 	R_ATOMIC_BYTES, R_PERCPU_BYTES, R_PERCPU_BYTES_4M, R_COUNT
 };
 static const char *const row_name[R_COUNT] = {
-	"shared", "atomic", "percpu", "percpu-hint", "rseq-proto", "local",
+	"shared", "atomic", "percpu", "percpu-hint", "rseq-bare", "local",
 	"atomic-bytes", "percpu-bytes", "percpu-bytes-4M",
 };
 static const char *const row_doc[R_COUNT] = {
@@ -73,7 +72,7 @@ static const char *const row_doc[R_COUNT] = {
 	"vmap_stat_add_cpu(hint, C, 1), atomic mode",
 	"vmap_stat_add_cpu(vmap_os_cpu(), C, 1), per-CPU mode: CPU looked up on every update",
 	"vmap_stat_add_cpu(hint, C, 1), per-CPU mode",
-	"prototype, not the core: per-CPU add without lock prefix in an rseq critical section",
+	"the core's rseq add alone, on a static slot array (the floor of a per-CPU update)",
 	"vmap_stat_inc_local(C): per-thread batch of 128, then per-CPU",
 	"large_bytes_in_use +-64K..1M (8 up, 8 down), atomic mode",
 	"large_bytes_in_use +-64K..1M (8 up, 8 down), per-CPU mode, batch as configured",
@@ -89,68 +88,30 @@ static bool row_bytes(enum row r)
 	return r == R_ATOMIC_BYTES || r == R_PERCPU_BYTES || r == R_PERCPU_BYTES_4M;
 }
 
-/* ---- the rseq prototype ------------------------------------------------------ */
+/* ---- the bare rseq add ------------------------------------------------------ */
 
+/* The core's own restartable per-CPU add (core/counter.h), on a static slot
+ * array with nothing around it: the floor of what a per-CPU update can cost,
+ * against which the "percpu" rows show the core's bookkeeping (mode check,
+ * slot block pointer, batch test). */
 #define RSEQ_SLOTS 256
-static int64_t rseq_slot[RSEQ_SLOTS][8] __attribute__((aligned(64))); /* one line per CPU */
+static int64_t rseq_slot[RSEQ_SLOTS * VMAP_STAT_STRIDE] __attribute__((aligned(64)));
+static int64_t rseq_overflow;
 
-#if defined(__x86_64__) && __has_include(<sys/rseq.h>)
-#include <sys/rseq.h>
-
+#ifdef VMAP_HAVE_RSEQ
 static bool rseq_usable(void)
 {
 	/* 20 since glibc 2.36 (the original feature size), 32 in 2.35; 0 when
 	 * registration failed or was disabled (glibc.pthread.rseq=0). */
-	return __rseq_size >= 20;
+	return __rseq_size >= 20 && vmap_counter_nslots <= RSEQ_SLOTS;
 }
 
-static inline struct rseq *rseq_area(void)
-{
-	char *tp;
-	__asm__("mov %%fs:0, %0" : "=r"(tp));
-	return (struct rseq *)(tp + __rseq_offset);
-}
-
-/* Adds d to this CPU's slot with a plain add: the kernel restarts the
- * sequence (jumps to the abort label) if the thread is preempted, migrated or
- * signalled between the CPU check and the add, which commits it. */
 static inline void rseq_add(int64_t d)
 {
-	struct rseq *rs = rseq_area();
-	for (;;) {
-		uint32_t cpu = __atomic_load_n(&rs->cpu_id_start, __ATOMIC_RELAXED);
-		int64_t *slot = &rseq_slot[cpu % RSEQ_SLOTS][0];
-		__asm__ __volatile__ goto(
-			".pushsection __rseq_cs, \"aw\"\n\t"
-			".balign 32\n\t"
-			"3:\n\t"
-			".long 0x0, 0x0\n\t"
-			".quad 1f, (2f - 1f), 4f\n\t"
-			".popsection\n\t"
-			"leaq 3b(%%rip), %%rax\n\t"
-			"movq %%rax, %[cs]\n\t"
-			"1:\n\t"
-			"cmpl %[cpu], %[cpu_id]\n\t"
-			"jnz %l[abort]\n\t"
-			"addq %[d], (%[slot])\n\t"
-			"2:\n\t"
-			".pushsection __rseq_failure, \"ax\"\n\t"
-			".byte 0x0f, 0xb9, 0x3d\n\t"
-			".long 0x53053053\n\t" /* RSEQ_SIG, as glibc registered it */
-			"4:\n\t"
-			"jmp %l[abort]\n\t"
-			".popsection\n\t"
-			:
-			: [cpu] "r"(cpu), [cpu_id] "m"(rs->cpu_id), [cs] "m"(rs->rseq_cs),
-			  [slot] "r"(slot), [d] "er"(d)
-			: "memory", "cc", "rax"
-			: abort);
-		return;
-	abort:;
-	}
+	if (!vmap_rseq_slot_add(rseq_slot, (enum vmap_stat)0, d))
+		__atomic_add_fetch(&rseq_overflow, d, __ATOMIC_RELAXED); /* (CPU beyond the slots) */
 }
-
-#else /* the prototype is x86_64 with glibc >= 2.35 only */
+#else
 static bool rseq_usable(void)
 {
 	return false;
@@ -163,9 +124,9 @@ static inline void rseq_add(int64_t d)
 
 static int64_t rseq_sum(void)
 {
-	int64_t v = 0;
+	int64_t v = __atomic_load_n(&rseq_overflow, __ATOMIC_RELAXED);
 	for (int c = 0; c < RSEQ_SLOTS; c++)
-		v += __atomic_load_n(&rseq_slot[c][0], __ATOMIC_RELAXED);
+		v += __atomic_load_n(&rseq_slot[c * VMAP_STAT_STRIDE], __ATOMIC_RELAXED);
 	return v;
 }
 
