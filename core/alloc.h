@@ -73,6 +73,6 @@ static inline void vmap_depth_leave(void)
 void vmap_init(void);            /* idempotent; every entry point calls it */
 void vmap_at_exit(void);         /* the destructor: the report */
 bool vmap_range_enabled(void);   /* the arena is set up (does not set it up) */
-bool vmap_range_ready(void);     /* sets the arena up if need be; false if it cannot be had */   /* false when no arena could be reserved */
+bool vmap_range_ready(void);     /* sets the arena up if need be; false if it cannot be had */
 
 #endif

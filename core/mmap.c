@@ -347,17 +347,28 @@ static bool overlaps_arena(uintptr_t a, uintptr_t e)
 	return e > vmap_span_lo && a < vmap_span_hi;
 }
 
+/* munmap's argument checks, the kernel's: the page-rounded length, or 0 for
+ * EINVAL. */
+static size_t munmap_len(uintptr_t a, size_t len)
+{
+	if ((a & (VMAP_PAGE - 1)) || len == 0)
+		return 0;
+	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	uintptr_t e = a + rounded;
+	if (!rounded || e <= a || e > TASK_TOP)
+		return 0;
+	return rounded;
+}
+
 int vmap_munmap(void *addr, size_t len)
 {
 	uintptr_t a = (uintptr_t)addr;
 	if (!vmap_opt.mmap || !vmap_range_enabled())
 		return vmap_os_munmap(addr, len);
-	if ((a & (VMAP_PAGE - 1)) || len == 0)
+	size_t rounded = munmap_len(a, len);
+	if (!rounded)
 		return -EINVAL;
-	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	uintptr_t e = a + rounded;
-	if (!rounded || e <= a || e > TASK_TOP)
-		return -EINVAL;
 	if (vmap_range_is_metadata(a, e)) {
 		refuse("munmap", a);
 		return -EINVAL;
@@ -862,13 +873,10 @@ int vmap_munmap_reentered(void *addr, size_t len)
 	uintptr_t a = (uintptr_t)addr;
 	if (!vmap_opt.mmap || !vmap_range_enabled())
 		return vmap_os_munmap(addr, len);
-	if ((a & (VMAP_PAGE - 1)) || len == 0)
+	size_t rounded = munmap_len(a, len);
+	if (!rounded)
 		return -EINVAL;
-	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
-	uintptr_t e = a + rounded;
-	if (!rounded || e <= a || e > TASK_TOP)
-		return -EINVAL;
-	if (!overlaps_arena(a, e))
+	if (!overlaps_arena(a, a + rounded))
 		return vmap_os_munmap(addr, len);
 	/* Checked again (and refused there, with its line) when it is done. */
 	return vmap_defer(addr, rounded) ? 0 : -ENOMEM;

@@ -737,12 +737,13 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	uintptr_t a = 0;
 	enum vmap_stat from = VMAP_STAT_thread_cached_bytes;
 	/* The thread's cache first: a hit needs neither the CPU nor a lock. */
-	if (pages <= vmap_pool_exact && align == natural)
+	bool cacheable = pages <= vmap_pool_exact && align == natural;
+	if (cacheable)
 		a = vmap_cache_pop(pages);
 	struct vmap_shard *s = NULL;
 	if (!a) {
 		s = vmap_shard_here(&cpu);
-		if (pages <= vmap_pool_exact && align == natural)
+		if (cacheable)
 			a = vmap_cache_refill(s, pages);
 	}
 	if (!a && pages <= vmap_pool_exact) {
