@@ -47,9 +47,15 @@
 #include "options.h"
 #include "profile.h"
 #include "range.h"
+#include "slab.h"
 #include "stats.h"
 
 extern char **environ;
+
+/* Sizes 1..vmap_slab_limit go to the builtin backend's slabs (0 = none: the
+ * test `size - 1 < limit` then fails for every size; malloc(0) takes the
+ * general path). */
+static size_t vmap_slab_limit;
 
 enum { INIT_NONE, INIT_BUSY, INIT_DONE };
 static int vmap_init_state;
@@ -68,6 +74,7 @@ static void thread_exit(void *arg)
 	(void)arg;
 	vmap_counter_thread_exit();
 	vmap_depth_enter();
+	vmap_slab_thread_exit();
 	vmap_cache_thread_exit();
 	vmap_profile_thread_exit();
 	vmap_depth_leave(); /* and the frees a handler left in the slots */
@@ -191,6 +198,10 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_os_exit(0);
 	}
 	vmap_counter_init(vmap_os_ncpu());
+	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN) {
+		vmap_slab_init(); /* its slabs come from the arena, set up with the first */
+		vmap_slab_limit = vmap_opt.small_max < VMAP_SLAB_MAX ? vmap_opt.small_max : VMAP_SLAB_MAX;
+	}
 	vmap_glibc_strict_aligned_alloc = glibc_at_least(2, 38);
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
@@ -222,12 +233,21 @@ __attribute__((noinline, cold)) static void thread_first_call(void)
 		pthread_setspecific(vmap_thread_key, (void *)1);
 }
 
+/* A thread's flag is set only once init is done (by the initialising thread
+ * at its end, by any other thread on its first call after it; a forked child
+ * inherits it): one test on every call. */
+__attribute__((noinline, cold)) static void enter_slow(void)
+{
+	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
+		init_slow();
+	else
+		thread_first_call();
+}
+
 static inline void enter(void)
 {
-	if (__builtin_expect(__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE, 0))
-		init_slow();
-	else if (__builtin_expect(!vmap_tls_seen, 0))
-		thread_first_call();
+	if (__builtin_expect(!vmap_tls_seen, 0))
+		enter_slow();
 }
 
 void vmap_init(void)
@@ -240,17 +260,54 @@ static inline void count(enum vmap_stat s)
 	vmap_stat_inc_local(s);
 }
 
+/* Two figures of one event: one fold countdown. */
+static inline void count2(enum vmap_stat a, enum vmap_stat b)
+{
+	vmap_local.n[a]++;
+	vmap_local.n[b]++;
+	vmap_local.dirty |= (1ull << a) | (1ull << b);
+	if (__builtin_expect(--vmap_local.budget <= 0, 0))
+		vmap_counter_flush_local();
+}
+
 /* ---- small backend ------------------------------------------------------ */
 
 static inline void *small_malloc(size_t size)
 {
-	return vmap_libc.malloc ? vmap_libc.malloc(size) : NULL;
+	if (vmap_slab_on && size <= VMAP_SLAB_MAX && !vmap_reentered()) {
+		void *p = vmap_slab_malloc(size);
+		if (__builtin_expect(p != NULL, 1))
+			return p;
+	}
+	return vmap_libc.malloc ? vmap_libc.malloc(size) : NULL; /* or no slab could be had */
+}
+
+static void *small_memalign(size_t align, size_t size)
+{
+	if (vmap_slab_on && size <= VMAP_SLAB_MAX && !vmap_reentered()) {
+		void *p = vmap_slab_memalign(align, size);
+		if (p)
+			return p;
+	}
+	return vmap_libc.memalign(align, size);
 }
 
 static inline void small_free(void *p)
 {
 	if (vmap_libc.free)
 		vmap_libc.free(p);
+}
+
+/* The slab holding p (builtin backend), or NULL: a large block or glibc's. */
+static inline struct vmap_slab *slab_of(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	struct vmap_region *r = &vmap_regions[0]; /* size 0 until the arena is set up */
+	if (__builtin_expect(a - r->base >= r->size, 0)) {
+		if (!vmap_slab_on || !(r = vmap_region_of(a)))
+			return NULL;
+	}
+	return vmap_slab_of(r, a);
 }
 
 
@@ -326,8 +383,11 @@ __attribute__((noinline, cold)) void vmap_deferred_drain(void)
 				continue;
 			size_t len = d->len;
 			__atomic_store_n(&d->a, 0, __ATOMIC_RELAXED);
+			struct vmap_slab *sl = len ? NULL : slab_of((void *)a);
 			if (len) {
 				vmap_munmap((void *)a, len);
+			} else if (sl) {
+				vmap_slab_free(sl, (void *)a, "free");
 			} else {
 				if (__builtin_expect(vmap_profile_on, 0))
 					vmap_profile_free_known((void *)a, true);
@@ -474,6 +534,15 @@ __attribute__((always_inline)) static inline void *large_alloc(size_t size, size
 void *vmap_malloc(size_t size)
 {
 	enter();
+	/* The builtin backend's objects first: the common case, in a few tests. */
+	if (size - 1 < vmap_slab_limit && !vmap_reentered()) {
+		void *p = vmap_slab_malloc(size);
+		if (__builtin_expect(p != NULL, 1)) {
+			count2(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs);
+			PROF_ALLOC(p, size, VMAP_PROFILE_SMALL);
+			return p;
+		}
+	}
 	count(VMAP_STAT_malloc_calls);
 	void *p;
 	if (!is_large(size)) {
@@ -529,6 +598,17 @@ void vmap_free(void *p)
 	enter();
 	/* errno survives: the range path makes only raw system calls, which
 	 * never touch it, and glibc's free preserves it (since 2.33). */
+	struct vmap_slab *sl = slab_of(p);
+	if (sl) {
+		if (__builtin_expect(vmap_profile_on, 0))
+			prof_free(p, 0);
+		count2(VMAP_STAT_free_calls, VMAP_STAT_small_frees);
+		if (vmap_reentered())
+			free_reentered(p);
+		else
+			vmap_slab_free(sl, p, "free");
+		return;
+	}
 	count(VMAP_STAT_free_calls);
 	bool owned = vmap_range_owns(p);
 	if (__builtin_expect(vmap_profile_on, 0))
@@ -555,7 +635,14 @@ void *vmap_calloc(size_t n, size_t size)
 	}
 	if (!is_large(total)) {
 		count(VMAP_STAT_small_allocs);
-		void *p = vmap_libc.calloc ? vmap_libc.calloc(n, size) : NULL;
+		void *p;
+		if (vmap_slab_on && total <= VMAP_SLAB_MAX) {
+			p = small_malloc(total);
+			if (p)
+				memset(p, 0, total);
+		} else {
+			p = vmap_libc.calloc ? vmap_libc.calloc(n, size) : NULL;
+		}
 		if (!p)
 			errno = ENOMEM;
 		else
@@ -578,6 +665,9 @@ void *vmap_calloc(size_t n, size_t size)
 
 static size_t usable(void *p)
 {
+	struct vmap_slab *sl = slab_of(p);
+	if (sl)
+		return vmap_slab_usable(sl, p, "malloc_usable_size", false);
 	if (vmap_range_owns(p))
 		return vmap_range_usable(p, "malloc_usable_size");
 	struct escape *e = escape_of(p);
@@ -630,7 +720,12 @@ void *vmap_realloc(void *p, size_t size)
 		prof_free(p, -1);
 	void *q;
 	struct escape *e;
-	if (!vmap_range_owns(p) && (e = escape_of(p))) {
+	struct vmap_slab *sl = slab_of(p);
+	if (sl) {
+		/* Kept while it fits and at least half of it stays used. */
+		size_t old = vmap_slab_usable(sl, p, "realloc", true);
+		q = size <= old && size >= old / 2 ? p : realloc_copy(p, old, size);
+	} else if (!vmap_range_owns(p) && (e = escape_of(p))) {
 		q = realloc_copy(p, e->len, size);
 	} else if (!vmap_range_owns(p)) {
 		/* glibc's block: glibc resizes it while it stays small. */
@@ -697,7 +792,7 @@ static void *aligned(size_t align, size_t size)
 		p = small_malloc(size);
 	} else if (align < VMAP_PAGE && !is_large(size)) {
 		count(VMAP_STAT_small_allocs);
-		p = vmap_libc.memalign(align, size);
+		p = small_memalign(align, size);
 	} else if (range_ready()) {
 		bool zero;
 		p = large_alloc(size, align, &zero);
@@ -786,6 +881,7 @@ int vmap_trim(size_t pad)
 	size_t released = 0;
 	if (!vmap_reentered()) {
 		vmap_depth_enter();
+		vmap_slab_trim();
 		vmap_cache_trim();
 		released = vmap_range_purge(true);
 		vmap_depth_leave();
@@ -866,11 +962,13 @@ static void fork_prepare(void)
 	vmap_range_fork_prepare();
 	vmap_cache_fork_prepare();
 	vmap_profile_fork_prepare();
+	vmap_slab_fork_prepare();
 }
 
 static void fork_parent(void)
 {
 	if (fork_locked) {
+		vmap_slab_fork_parent();
 		vmap_profile_fork_parent();
 		vmap_cache_fork_parent();
 		vmap_range_fork_parent();
@@ -884,6 +982,7 @@ static void fork_child(void)
 	/* Not taken: free already, or held by the interrupted code of this very
 	 * thread, which releases them when the handler returns. */
 	if (fork_locked) {
+		vmap_slab_fork_child();
 		vmap_profile_fork_child();
 		vmap_cache_fork_child();
 		vmap_range_fork_child();

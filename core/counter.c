@@ -108,12 +108,14 @@ __thread struct vmap_local_counts vmap_local;
 void vmap_counter_flush_local(void)
 {
 	unsigned cpu = vmap_counter_slots ? vmap_os_cpu() : 0;
-	for (unsigned i = 0; i < VMAP_STAT_COUNT; i++) {
+	for (uint64_t m = vmap_local.dirty; m; m &= m - 1) {
+		unsigned i = (unsigned)__builtin_ctzll(m);
 		if (vmap_local.n[i]) {
 			vmap_stat_add_cpu(cpu, (enum vmap_stat)i, vmap_local.n[i]);
 			vmap_local.n[i] = 0;
 		}
 	}
+	vmap_local.dirty = 0;
 	vmap_local.budget = vmap_local.exited ? 0 : VMAP_LOCAL_BATCH;
 }
 

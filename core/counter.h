@@ -148,8 +148,10 @@ static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
 struct vmap_local_counts {
 	int32_t budget; /* events until the next fold; 0 in a new thread */
 	bool exited;    /* after thread exit: fold on every event */
+	uint64_t dirty; /* bit s: n[s] may be non-zero (the fold visits only those) */
 	int64_t n[VMAP_STAT_COUNT];
 };
+_Static_assert(VMAP_STAT_COUNT <= 64, "one dirty bit per statistic");
 extern __thread struct vmap_local_counts vmap_local;
 void vmap_counter_flush_local(void);
 /* The thread's exit: folds, and every later event (glibc frees after the key
@@ -159,6 +161,7 @@ void vmap_counter_thread_exit(void);
 static inline void vmap_stat_add_local(enum vmap_stat s, int64_t d)
 {
 	vmap_local.n[s] += d;
+	vmap_local.dirty |= 1ull << s;
 	if (__builtin_expect(--vmap_local.budget <= 0, 0))
 		vmap_counter_flush_local();
 }

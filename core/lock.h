@@ -23,6 +23,7 @@ enum vmap_lock_rank {
 	VMAP_RANK_GLOBAL = 2,  /* the arena's chunk map and region list */
 	VMAP_RANK_CACHE_LIST = 3, /* recycled per-thread caches */
 	VMAP_RANK_PROFILE = 4, /* profile.c: site inserts and live-pointer stripes (leaf) */
+	VMAP_RANK_SLAB = 5,    /* slab.c: heap recycling, abandoned slabs (leaf) */
 };
 
 struct vmap_lock {

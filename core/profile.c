@@ -753,7 +753,7 @@ void vmap_profile_forget(void *ptr)
 		return;
 	uintptr_t p = (uintptr_t)ptr;
 	struct vmap_region *r = vmap_region_of(p);
-	if (r) {
+	if (r && !vmap_slab_of(r, p)) {
 		if (!(p & (VMAP_PAGE - 1))) /* else not a block: free() will say so */
 			pte_forget(vmap_pte_of(r, p));
 		return;
@@ -930,7 +930,7 @@ void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t
 		scache_note(ra, cfa, id, frames, n);
 	}
 	struct vmap_region *r = vmap_region_of((uintptr_t)p);
-	if (r) {
+	if (r && !vmap_slab_of(r, (uintptr_t)p)) {
 		pte_note(vmap_pte_of(r, (uintptr_t)p), id, bytes, count);
 		site_delta(id, bytes, count, bytes, count, 1);
 	} else if (live_insert((uintptr_t)p, id, bytes, count)) {

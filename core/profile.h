@@ -24,6 +24,7 @@
 
 #include "fmt.h"
 #include "range.h"
+#include "slab.h"
 
 enum vmap_profile_kind {
 	VMAP_PROFILE_SMALL = 0, /* sampled: figures are estimates scaled by the sampling weight */
@@ -34,7 +35,8 @@ enum vmap_profile_kind {
 /* The kind of a block just allocated by the malloc family (inline: the
  * span compare of range.h rejects glibc's pointers in one test). */
 #define VMAP_PROFILE_KIND(p) \
-	(vmap_region_of((uintptr_t)(p)) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL)
+	(vmap_region_of((uintptr_t)(p)) && !vmap_in_slab((uintptr_t)(p)) ? VMAP_PROFILE_LARGE \
+									  : VMAP_PROFILE_SMALL)
 
 /* Set once by vmap_profile_init() when VMAPALLOC_PROFILE=1 and the tables
  * could be mapped; never cleared. */
@@ -122,7 +124,7 @@ static inline void vmap_profile_free_known(void *p, bool owned)
 
 static inline void vmap_profile_free(void *p)
 {
-	vmap_profile_free_known(p, vmap_region_of((uintptr_t)p) != NULL);
+	vmap_profile_free_known(p, vmap_region_of((uintptr_t)p) != NULL && !vmap_in_slab((uintptr_t)p));
 }
 
 /*

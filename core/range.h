@@ -128,6 +128,7 @@ static inline uint64_t vmap_tag_make(unsigned state, unsigned shard, uint64_t pa
 	return ((uint64_t)state << 60) | flags | ((uint64_t)shard << 48) | pages;
 }
 
+struct vmap_slab;
 struct vmap_region {
 	uintptr_t base;
 	size_t size;
@@ -135,6 +136,7 @@ struct vmap_region {
 	uint16_t *chunk_owner;   /* (shard + 1) | big << 15; shard bits 0: free (see below) */
 	size_t nchunks;
 	size_t pt_bytes, owner_bytes;
+	struct vmap_slab *slabs; /* slab descriptors, one per 64 KiB (slab.c); NULL until the first slab */
 };
 
 /* A chunk whose owner has no shard bits is free for any shard to claim.

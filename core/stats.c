@@ -416,8 +416,16 @@ static void write_text(struct vmap_buf *b, const struct figures *f)
 		vmap_buf_bytes(b, f->small_in_use);
 		vmap_buf_str(b, " (glibc, of a ");
 		vmap_buf_bytes(b, f->small_heap);
-		vmap_buf_str(b, " heap); in all ");
-		vmap_buf_bytes(b, f->small_in_use + V(large_bytes_in_use) + V(mmap_bytes_in_use));
+		vmap_buf_str(b, " heap)");
+		if (V(slabs_made)) {
+			vmap_buf_str(b, " + builtin slabs ");
+			vmap_buf_bytes(b, V(slab_bytes));
+			vmap_buf_str(b, " in ");
+			vmap_buf_u64(b, V(slabs_in_use));
+		}
+		vmap_buf_str(b, "; in all ");
+		vmap_buf_bytes(b, f->small_in_use + V(slab_bytes) + V(large_bytes_in_use) +
+				      V(mmap_bytes_in_use));
 	} else {
 		vmap_buf_str(b, "(glibc's figures are not read in a signal handler)");
 	}
@@ -478,7 +486,7 @@ reserved:
 	vmap_buf_u64(b, V(realloc_calls));
 	vmap_buf_str(b, ", aligned ");
 	vmap_buf_u64(b, V(memalign_calls));
-	line(b, "small (glibc) / large");
+	line(b, V(slabs_made) ? "small / large" : "small (glibc) / large");
 	vmap_buf_u64(b, V(small_allocs));
 	vmap_buf_str(b, " / ");
 	vmap_buf_u64(b, V(large_allocs));

@@ -14,6 +14,8 @@ lib=${VMTEST_LIB:?VMTEST_LIB must name libvmapalloc.so}
 [ -f "$lib" ] || { echo "FAIL: VMTEST_LIB=$lib does not exist"; exit 1; }
 
 ABORT_CASES="double-free double-free-aligned interior realloc-freed"
+# The builtin small backend's own checks (run with VMAPALLOC_BACKEND=builtin).
+SMALL_CASES="small-double-free small-double-free-remote small-interior small-realloc-freed small-never-given"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bad_free.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -38,11 +40,12 @@ ok() { checks=$((checks + 1)); }
 run() {
     # $1 = case, $2 = LD_PRELOAD value
     # The subshell keeps sh's own "Aborted" notice out of the captured stderr.
-    (env -u VMTEST_LIB LD_PRELOAD="$2" "$exe" "$1" >"$tmp/out" 2>"$tmp/err" </dev/null) 2>/dev/null
+    (env -u VMTEST_LIB LD_PRELOAD="$2" ${3:+VMAPALLOC_BACKEND=$3} "$exe" "$1" >"$tmp/out" \
+        2>"$tmp/err" </dev/null) 2>/dev/null
 }
 
-for c in $ABORT_CASES; do
-    run "$c" "$lib"
+for c in $ABORT_CASES $SMALL_CASES; do
+    case $c in small-*) run "$c" "$lib" builtin ;; *) run "$c" "$lib" ;; esac
     st=$?
     if [ "$st" -eq 134 ]; then ok; else
         fail "$c: exit status $st, expected 134 (SIGABRT)"; continue

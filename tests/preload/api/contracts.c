@@ -263,7 +263,7 @@ static void test_odd_alignments(void)
                 CHECK(is_aligned(r, eff), "%s(%zu, %zu) = %p not %zu-aligned", name, a, n, r, eff);
                 CHECK(malloc_usable_size(r) >= n, "%s(%zu, %zu) usable %zu", name, a, n,
                       malloc_usable_size(r));
-                CHECK_OWNS(r, expect_large(n, eff), "%s(%zu, %zu) ownership", name, a, n);
+                CHECK_OWNS(r, vmt_owned(n, eff), "%s(%zu, %zu) ownership", name, a, n);
                 memset(r, 0x5c, malloc_usable_size(r));
                 free(r);
             }
@@ -329,7 +329,7 @@ static void test_alignment_matrix(void)
                 CHECK(is_aligned(p, a), "%s(%zu, %zu) = %p misaligned", names[fn], a, n, p);
                 size_t us = malloc_usable_size(p);
                 CHECK(us >= n, "%s(%zu, %zu) usable %zu < requested", names[fn], a, n, us);
-                CHECK_OWNS(p, expect_large(n, a), "%s(%zu, %zu) ownership (owns=%d)", names[fn],
+                CHECK_OWNS(p, vmt_owned(n, a), "%s(%zu, %zu) ownership (owns=%d)", names[fn],
                            a, n, vm.owns(p));
                 seed++;
                 /* glibc's usable size after a big alignment can be ~the
@@ -395,7 +395,7 @@ static void check_basic(const char *what, void *p, size_t n)
     CHECK(is_aligned(p, 16), "%s(%zu) = %p not 16-aligned", what, n, p);
     size_t us = malloc_usable_size(p);
     CHECK(us >= n, "%s(%zu) usable %zu", what, n, us);
-    CHECK_OWNS(p, n > small_max, "%s(%zu) ownership", what, n);
+    CHECK_OWNS(p, vmt_owned(n, 16), "%s(%zu) ownership", what, n);
     unsigned char *c = p;
     c[0] = 1;
     c[us - 1] = 2;
@@ -816,7 +816,7 @@ static void test_counters(void)
         CHECK(m1 == m0 + 1 && la1 == la0,
               "small malloc counted as malloc_calls+%llu large_allocs+%llu",
               (unsigned long long)(m1 - m0), (unsigned long long)(la1 - la0));
-        CHECK(vm.owns(p) == 0, "small malloc owned by vmapalloc");
+        CHECK(vm.owns(p) == vmt_owned(100, 16), "small malloc: wrong owner");
         free(p);
     }
 
@@ -843,7 +843,7 @@ static void test_counters(void)
     /* the small/large boundary */
     void *s = malloc(small_max), *l = malloc(small_max + 1);
     CHECK(s && l, "malloc at the boundary");
-    CHECK(vm.owns(s) == 0, "malloc(SMALL_MAX=%zu) must go to glibc", small_max);
+    CHECK(vm.owns(s) == vmt_owned(small_max, 16), "malloc(SMALL_MAX=%zu): wrong owner", small_max);
     CHECK(vm.owns(l) == 1, "malloc(SMALL_MAX+1) must go to vmapalloc");
     free(s);
     free(l);

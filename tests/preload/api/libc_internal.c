@@ -116,7 +116,7 @@ static void test_strdup(void)
     /* small strdup stays with glibc */
     d = strdup("hello");
     CHECK(d && strcmp(d, "hello") == 0, "small strdup");
-    CHECK_OWNS(d, 6 > vmt_small_max(), "small strdup: wrong owner");
+    CHECK_OWNS(d, vmt_owned(6, 16), "small strdup: wrong owner");
     free(d);
     free(src);
 }

@@ -372,8 +372,8 @@ static void child_work(unsigned seed)
     unsigned char *l = malloc(3 * MiB), *s = malloc(200), *c = calloc(1, 5 * MiB);
     CHECK(l && s && c, "allocation in forked child");
     CHECK(vmt_first_nonzero(c, 5 * MiB) == SIZE_MAX, "calloc in child not zero");
-    CHECK_OWNS(l, 3 * MiB > vmt_small_max(), "large block in child: wrong owner");
-    CHECK_OWNS(s, 200 > vmt_small_max(), "small block in child: wrong owner");
+    CHECK_OWNS(l, vmt_owned(3 * MiB, 16), "large block in child: wrong owner");
+    CHECK_OWNS(s, vmt_owned(200, 16), "small block in child: wrong owner");
     fill(l, 3 * MiB, seed);
     fill(s, 200, seed + 1);
     l = realloc(l, 9 * MiB);

@@ -147,6 +147,23 @@ static size_t vmt_small_max(void)
     return (size_t)v;
 }
 
+/* VMAPALLOC_BACKEND=builtin: vmapalloc's own slabs serve small requests of
+ * up to 64 KiB (and SMALL_MAX), so those blocks lie in its regions too. */
+__attribute__((unused))
+static int vmt_builtin(void)
+{
+    const char *b = getenv("VMAPALLOC_BACKEND");
+    return b && strcmp(b, "builtin") == 0;
+}
+
+/* Whether a block of n bytes aligned to a lies in vmapalloc's regions: a
+ * large block (over SMALL_MAX, or page-aligned), or a builtin slab object. */
+__attribute__((unused))
+static int vmt_owned(size_t n, size_t a)
+{
+    return n > vmt_small_max() || a >= 4096 || (vmt_builtin() && n <= 65536);
+}
+
 /* Deterministic byte pattern: position- and seed-dependent. */
 static inline unsigned char vmt_pat(size_t i, unsigned seed)
 {

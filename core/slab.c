@@ -1,0 +1,602 @@
+/*
+ * slab.c — the builtin small backend (VMAPALLOC_BACKEND=builtin).
+ *
+ * Requests of up to 64 KiB are rounded to one of 44 size classes (16-byte
+ * steps to 128, then four classes per power of two) and served from slabs:
+ * blocks of 64 KiB (objects up to 1 KiB), 256 KiB (up to 8 KiB) or 1 MiB
+ * (up to 64 KiB) that the range allocator hands out aligned to their size,
+ * so that they come from the same arena, pools and lazy purge as large
+ * blocks.  Each thread has a heap (mapped, never malloc'd; recycled when
+ * threads exit) with, per class, a current slab and lists of its other
+ * slabs, partial and full.
+ *
+ *   malloc: pop the current slab's free list (no lock, no atomic)
+ *   free by the owner: push onto the slab's free list (no lock, no atomic)
+ *   free by another thread: push onto the slab's remote stack (one CAS); the
+ *     owner takes the whole stack with one exchange when its list runs dry
+ *
+ * Empty slabs other than the current one go back to the range allocator at
+ * once (its thread caches and pools keep them resident for the next slab).
+ * A slab is carved lazily, a page of objects at a time, so that a fresh slab
+ * faults in only the pages used.
+ *
+ * Owns: the descriptors (struct vmap_slab, one per 64 KiB unit of a region,
+ * in their own mapping: vmap_region.slabs, out of band: an overflow of user
+ * data cannot reach them), the heaps, the lists of abandoned slabs.
+ *
+ * Invariants:
+ *  - Only a slab's owner touches its free list, used, bump, state and list
+ *    links; other threads touch only `remote` (and read the geometry, owner
+ *    and state).  owner is NULL while a slab is abandoned (its thread exited).
+ *  - used = objects handed out - owner frees - remote frees collected; a slab
+ *    with used 0 has no live object, so no legitimate free can race with
+ *    giving it back.
+ *  - A full slab is on its owner's full list; a remote free into it bumps the
+ *    owner's hint for the class, and the owner looks at its full slabs only
+ *    when the hint moved.  Setting FULL and checking remote (owner), pushing
+ *    and checking FULL (remote) are sequentially consistent, so one of the
+ *    two sees the other: no full slab is left with frees nobody looks at.
+ *  - A freed object's second word holds key ^ address (key from AT_RANDOM);
+ *    malloc clears it.  A free that finds it there is a double free: one line
+ *    and abort, in O(1), before any list is touched.  Free-list links are
+ *    checked to stay inside their slab before they are followed.
+ *  - Fast paths are bracketed like the range path (alloc.h, re-entry): a
+ *    signal handler that interrupts one goes to glibc (malloc) or is deferred
+ *    (free) instead of touching the same lists.
+ *  - fork: the child keeps its own heap; other threads' heaps stay as they
+ *    were (possibly half way through an operation: not walked), so the
+ *    memory of their slabs is not reused in the child.
+ *
+ * Called by: alloc.c (the facade), profile.c (vmap_in_slab).
+ */
+#include "slab.h"
+
+#include <sys/auxv.h>
+#include <sys/mman.h>
+
+#include "alloc.h"
+#include "counter.h"
+#include "fmt.h"
+#include "lock.h"
+
+#define CARVE_BYTES 4096 /* objects made ready per carve: about a page */
+
+
+
+bool vmap_slab_on;
+uint64_t vmap_slab_key;
+static uint64_t class_magic[NCLASSES];
+/* The current slab of a class that has none: its free list is always empty,
+ * so the fast path needs no NULL test. */
+struct vmap_slab vmap_slab_none;
+
+enum { HEAP_NONE = 0, HEAP_ACTIVE = 1, HEAP_DEAD = 2 };
+__thread struct vmap_heap *vmap_tls_heap;
+static __thread uint8_t vmap_tls_heap_state;
+
+static struct vmap_lock slab_lock = VMAP_LOCK_INIT; /* leaf: the lists below */
+static struct vmap_heap *heap_free_list, *heap_all;
+static struct vmap_slab *abandoned[NCLASSES];
+/* Remote frees into abandoned slabs, and the count when they were last reaped. */
+static uint64_t abandoned_frees, abandoned_reaped;
+
+/* ---- size classes ------------------------------------------------------ */
+
+unsigned vmap_slab_nclasses(void)
+{
+	return NCLASSES;
+}
+
+
+unsigned vmap_slab_class_of(size_t size)
+{
+	return vmap_slab_class(size);
+}
+
+size_t vmap_slab_class_size(unsigned c)
+{
+	if (c < 8)
+		return 16 * (size_t)(c + 1);
+	unsigned lg = 7 + (c - 8) / 4;
+	return ((size_t)1 << lg) + (size_t)((c - 8) % 4 + 1) * ((size_t)1 << (lg - 2));
+}
+
+static size_t slab_bytes(unsigned c)
+{
+	size_t size = vmap_slab_class_size(c);
+	return size <= 1024 ? (64u << 10) : size <= 8192 ? (256u << 10) : (1u << 20);
+}
+
+void vmap_slab_init(void)
+{
+	for (unsigned c = 0; c < NCLASSES; c++) {
+		uint64_t size = vmap_slab_class_size(c);
+		class_magic[c] = ((1ull << 40) + size - 1) / size;
+	}
+	const uint64_t *rnd = (const uint64_t *)getauxval(AT_RANDOM);
+	uint64_t k = rnd ? rnd[0] ^ (rnd[1] << 1) : 0x9e3779b97f4a7c15ull;
+	vmap_slab_key = k | 1; /* never 0: a fresh object's second word is 0 */
+	vmap_slab_on = true;
+}
+
+/* ---- misuse ------------------------------------------------------------ */
+
+__attribute__((noinline, cold, noreturn)) void vmap_slab_die(const char *who, const void *p,
+								     const char *what)
+{
+	VMAP_BUF(b, 2, 256);
+	vmap_buf_str(&b, "vmapalloc: ");
+	vmap_buf_str(&b, who);
+	vmap_buf_str(&b, "(): invalid pointer ");
+	vmap_buf_hex(&b, (uintptr_t)p);
+	vmap_buf_str(&b, " (");
+	vmap_buf_str(&b, what);
+	vmap_buf_str(&b, ")\n");
+	vmap_buf_flush(&b);
+	vmap_os_abort();
+}
+
+/* ---- descriptors --------------------------------------------------------- */
+
+static struct vmap_slab *region_slabs(struct vmap_region *r)
+{
+	struct vmap_slab *t = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
+	if (t)
+		return t;
+	size_t len = (r->size >> VMAP_SLAB_UNIT_SHIFT) * sizeof(struct vmap_slab);
+	len = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	void *m = vmap_os_reserve(len, VMAP_PAGE);
+	if (vmap_os_is_err(m))
+		return NULL;
+	struct vmap_slab *z = NULL;
+	if (!__atomic_compare_exchange_n(&r->slabs, &z, (struct vmap_slab *)m, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		vmap_os_munmap(m, len);
+		return z;
+	}
+	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)len);
+	return m;
+}
+
+/* Makes up to a page of never-used objects ready (the slab's list is empty). */
+static void carve(struct vmap_slab *d)
+{
+	uint32_t b = d->bump, n = CARVE_BYTES / d->size;
+	if (n == 0)
+		n = 1;
+	if (n > d->cap - b)
+		n = d->cap - b;
+	uintptr_t first = d->start + (uintptr_t)b * d->size;
+	uintptr_t o = first;
+	for (uint32_t i = 1; i < n; i++, o += d->size)
+		*(void **)o = (void *)(o + d->size);
+	*(void **)o = NULL;
+	d->free = (void *)first;
+	__atomic_store_n(&d->bump, b + n, __ATOMIC_RELAXED);
+}
+
+/* Moves the remote stack onto the free list; returns how many objects. */
+static uint32_t collect(struct vmap_slab *d)
+{
+	void **r = __atomic_exchange_n(&d->remote, NULL, __ATOMIC_ACQUIRE);
+	if (!r)
+		return 0;
+	uint32_t n = 1;
+	void **t = r;
+	uintptr_t span = d->span;
+	while (t[0]) {
+		if ((uintptr_t)t[0] - d->start >= span)
+			vmap_slab_die("free", t[0], "heap corruption: a freed object was overwritten");
+		t = t[0];
+		n++;
+	}
+	t[0] = d->free;
+	d->free = r;
+	d->used -= n;
+	return n;
+}
+
+static void list_push(struct vmap_slab **head, struct vmap_slab *d)
+{
+	d->prev = NULL;
+	d->next = *head;
+	if (*head)
+		(*head)->prev = d;
+	*head = d;
+}
+
+static void list_unlink(struct vmap_slab **head, struct vmap_slab *d)
+{
+	if (d->prev)
+		d->prev->next = d->next;
+	else
+		*head = d->next;
+	if (d->next)
+		d->next->prev = d->prev;
+	d->next = d->prev = NULL;
+}
+
+/* A slab is counted as one, not as a large block (the range allocator
+ * counted it as one when it handed it out, and will when it takes it back). */
+static void slab_account(uintptr_t start, int64_t sign)
+{
+	int64_t bytes = (int64_t)vmap_range_usable((void *)start, "free");
+	vmap_stat_add_local(VMAP_STAT_slabs_in_use, sign);
+	vmap_stat_add_local(VMAP_STAT_slab_bytes, sign * bytes);
+	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -sign);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -sign * bytes);
+	if (sign > 0) {
+		vmap_stat_add_local(VMAP_STAT_large_allocs, -1);
+		vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, -bytes);
+	} else {
+		vmap_stat_add_local(VMAP_STAT_large_frees, -1); /* the range's free counts one */
+	}
+}
+
+/* An empty slab goes back to the range allocator. */
+static void retire(struct vmap_slab *d)
+{
+	uintptr_t start = d->start;
+	__atomic_store_n(&d->state, SLAB_NONE, __ATOMIC_RELAXED);
+	d->owner = NULL;
+	for (unsigned i = 1; i < d->units; i++)
+		__atomic_store_n(&d[i].head, NULL, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->head, NULL, __ATOMIC_RELEASE);
+	slab_account(start, -1);
+	vmap_range_free((void *)start, "free");
+}
+
+static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
+{
+	if (!vmap_range_ready())
+		return NULL;
+	size_t bytes = slab_bytes(c);
+	bool zero;
+	void *m = vmap_range_alloc(bytes, bytes, &zero);
+	if (!m)
+		return NULL;
+	struct vmap_region *r = vmap_region_of((uintptr_t)m);
+	struct vmap_slab *t = r ? region_slabs(r) : NULL;
+	if (!t) {
+		vmap_range_free(m, "free");
+		return NULL;
+	}
+	struct vmap_slab *d = &t[((uintptr_t)m - r->base) >> VMAP_SLAB_UNIT_SHIFT];
+	uint32_t size = (uint32_t)vmap_slab_class_size(c);
+	d->free = NULL;
+	d->owner = h;
+	d->start = (uintptr_t)m;
+	d->size = size;
+	d->cap = (uint32_t)(bytes / size);
+	d->span = d->cap * size;
+	d->used = 0;
+	__atomic_store_n(&d->bump, 0, __ATOMIC_RELAXED);
+	d->cls = (uint16_t)c;
+	__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+	d->units = (uint8_t)(bytes >> VMAP_SLAB_UNIT_SHIFT);
+	d->magic = class_magic[c];
+	d->next = d->prev = NULL;
+	__atomic_store_n(&d->remote, NULL, __ATOMIC_RELAXED);
+	for (unsigned i = 1; i < d->units; i++)
+		__atomic_store_n(&d[i].head, d, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->head, d, __ATOMIC_RELEASE);
+	slab_account((uintptr_t)m, 1);
+	vmap_stat_inc_local(VMAP_STAT_slabs_made);
+	carve(d);
+	return d;
+}
+
+/* ---- the owner's slow paths ------------------------------------------------ */
+
+/* d (no free object, nothing left to carve) goes on the full list, unless a
+ * remote free slipped in: then it is collected and stays usable (false). */
+static bool file_full(struct vmap_heap *h, struct vmap_slab *d)
+{
+	__atomic_store_n(&d->state, SLAB_FULL, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&d->remote, __ATOMIC_SEQ_CST) && collect(d)) {
+		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+		return false;
+	}
+	list_push(&h->full[d->cls], d);
+	return true;
+}
+
+/* Full slabs that received remote frees since the hint was last seen move to
+ * the partial list (or go back, if they are empty now). */
+static void rescan_full(struct vmap_heap *h, unsigned c)
+{
+	h->hint_seen[c] = __atomic_load_n(&h->hint[c], __ATOMIC_RELAXED);
+	struct vmap_slab *d = h->full[c], *next;
+	for (; d; d = next) {
+		next = d->next;
+		if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED))
+			continue;
+		list_unlink(&h->full[c], d);
+		collect(d);
+		if (d->used == 0) {
+			retire(d);
+		} else {
+			__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
+			list_push(&h->partial[c], d);
+		}
+	}
+}
+
+/* A slab some exited thread left with live objects, now this heap's. */
+static struct vmap_slab *adopt(struct vmap_heap *h, unsigned c)
+{
+	if (!__atomic_load_n(&abandoned[c], __ATOMIC_RELAXED))
+		return NULL;
+	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
+	struct vmap_slab *d = abandoned[c];
+	if (d)
+		list_unlink(&abandoned[c], d);
+	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+	if (d) {
+		__atomic_store_n(&d->owner, h, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+		collect(d);
+		vmap_stat_inc_local(VMAP_STAT_slabs_adopted);
+	}
+	return d;
+}
+
+/* Abandoned slabs that remote frees emptied go back to the range allocator
+ * (else they would wait for a thread that needs their class).  Under the
+ * lock, which keeps adopters away; given back after it (a leaf lock). */
+__attribute__((noinline, cold)) static void reap_abandoned(void)
+{
+	struct vmap_slab *empty = NULL;
+	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
+	__atomic_store_n(&abandoned_reaped, __atomic_load_n(&abandoned_frees, __ATOMIC_RELAXED),
+			 __ATOMIC_RELAXED);
+	for (unsigned c = 0; c < NCLASSES; c++) {
+		struct vmap_slab *d, *next;
+		for (d = abandoned[c]; d; d = next) {
+			next = d->next;
+			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED))
+				continue;
+			collect(d);
+			if (d->used == 0) {
+				list_unlink(&abandoned[c], d);
+				d->next = empty;
+				empty = d;
+			}
+		}
+	}
+	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+	while (empty) {
+		struct vmap_slab *d = empty;
+		empty = d->next;
+		d->next = NULL;
+		retire(d);
+	}
+}
+
+/* The current slab of class c has an empty list: make it (or another) ready.
+ * Returns the slab now current, with a non-empty list, or NULL. */
+__attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h, unsigned c)
+{
+	struct vmap_slab *d = h->cur[c];
+	if (d != &vmap_slab_none) {
+		if (__atomic_load_n(&d->remote, __ATOMIC_RELAXED) && collect(d))
+			return d;
+		if (d->bump < d->cap) {
+			carve(d);
+			return d;
+		}
+		h->cur[c] = &vmap_slab_none;
+		if (!file_full(h, d)) {
+			h->cur[c] = d;
+			return d;
+		}
+	}
+	if (__atomic_load_n(&h->hint[c], __ATOMIC_RELAXED) != h->hint_seen[c])
+		rescan_full(h, c);
+	if (__atomic_load_n(&abandoned_frees, __ATOMIC_RELAXED) -
+		    __atomic_load_n(&abandoned_reaped, __ATOMIC_RELAXED) >= 64)
+		reap_abandoned();
+	while ((d = h->partial[c]) != NULL) {
+		list_unlink(&h->partial[c], d);
+		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&d->remote, __ATOMIC_RELAXED))
+			collect(d);
+		if (!d->free && d->bump < d->cap)
+			carve(d);
+		if (d->free) {
+			h->cur[c] = d;
+			return d;
+		}
+		file_full(h, d); /* cannot happen: a partial slab has a free object */
+	}
+	while ((d = adopt(h, c)) != NULL) {
+		if (!d->free && d->bump < d->cap)
+			carve(d);
+		if (d->free || !file_full(h, d)) {
+			h->cur[c] = d;
+			return d;
+		}
+	}
+	d = slab_new(h, c);
+	if (d)
+		h->cur[c] = d;
+	return d;
+}
+
+/* An owner's free made d non-full, or empty. */
+__attribute__((noinline)) void vmap_slab_owner_free_slow(struct vmap_heap *h, struct vmap_slab *d)
+{
+	unsigned c = d->cls;
+	if (d->state == SLAB_FULL) {
+		list_unlink(&h->full[c], d);
+		if (d->used == 0) {
+			retire(d);
+			return;
+		}
+		__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
+		list_push(&h->partial[c], d);
+	} else if (d->used == 0 && d->state == SLAB_PARTIAL) {
+		list_unlink(&h->partial[c], d);
+		retire(d);
+	}
+}
+
+/* ---- heaps ------------------------------------------------------------- */
+
+static struct vmap_heap *heap_get(void)
+{
+	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
+	struct vmap_heap *h = heap_free_list;
+	if (h) {
+		heap_free_list = h->next_free;
+		h->in_use = true;
+	}
+	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+	if (h)
+		return h;
+	size_t len = (sizeof *h + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	void *m = vmap_os_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			       0);
+	if (vmap_os_is_err(m))
+		return NULL;
+	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)len);
+	h = m;
+	for (unsigned c = 0; c < NCLASSES; c++)
+		h->cur[c] = &vmap_slab_none;
+	h->in_use = true;
+	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
+	h->next_all = heap_all;
+	heap_all = h;
+	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+	return h;
+}
+
+/* Every slab of h: collected; empty ones retired, the rest abandoned. */
+static void heap_abandon(struct vmap_heap *h)
+{
+	for (unsigned c = 0; c < NCLASSES; c++) {
+		struct vmap_slab *keep = NULL, *d, *next;
+		struct vmap_slab *lists[3] = {h->cur[c] != &vmap_slab_none ? h->cur[c] : NULL,
+					      h->partial[c], h->full[c]};
+		h->cur[c] = &vmap_slab_none;
+		h->partial[c] = h->full[c] = NULL;
+		for (unsigned l = 0; l < 3; l++) {
+			for (d = lists[l]; d; d = next) {
+				next = l ? d->next : NULL;
+				collect(d);
+				if (d->used == 0) {
+					retire(d);
+					continue;
+				}
+				__atomic_store_n(&d->state, SLAB_ABANDONED, __ATOMIC_RELAXED);
+				__atomic_store_n(&d->owner, NULL, __ATOMIC_SEQ_CST);
+				list_push(&keep, d);
+			}
+		}
+		if (!keep)
+			continue;
+		struct vmap_slab *tail = keep;
+		while (tail->next)
+			tail = tail->next;
+		vmap_lock(&slab_lock, VMAP_RANK_SLAB);
+		tail->next = abandoned[c];
+		if (abandoned[c])
+			abandoned[c]->prev = tail;
+		abandoned[c] = keep;
+		vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+	}
+}
+
+void vmap_slab_thread_exit(void)
+{
+	struct vmap_heap *h = vmap_tls_heap;
+	vmap_tls_heap = NULL;
+	vmap_tls_heap_state = HEAP_DEAD; /* later mallocs of this thread: glibc */
+	if (!h)
+		return;
+	heap_abandon(h);
+	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
+	h->in_use = false;
+	h->next_free = heap_free_list;
+	heap_free_list = h;
+	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+}
+
+__attribute__((noinline, cold)) struct vmap_heap *vmap_slab_heap_first(void)
+{
+	if (vmap_tls_heap_state == HEAP_DEAD)
+		return NULL;
+	struct vmap_heap *h = heap_get();
+	if (h) {
+		vmap_tls_heap = h;
+		vmap_tls_heap_state = HEAP_ACTIVE;
+	}
+	return h;
+}
+
+/* ---- malloc and free ------------------------------------------------------- */
+
+
+
+void *vmap_slab_memalign(size_t align, size_t size)
+{
+	struct vmap_heap *h = vmap_tls_heap;
+	if (__builtin_expect(!h, 0) && !(h = vmap_slab_heap_first()))
+		return NULL;
+	/* Slabs start 64 KiB-aligned, objects at multiples of their size: a
+	 * class whose size is a multiple of align gives aligned objects. */
+	unsigned c = vmap_slab_class(size > align ? size : align);
+	while (c < NCLASSES && vmap_slab_class_size(c) % align)
+		c++;
+	return c < NCLASSES ? vmap_slab_take(h, c) : NULL;
+}
+
+
+__attribute__((noinline)) void vmap_slab_remote_free(struct vmap_slab *d, void **o)
+{
+	void *old = __atomic_load_n(&d->remote, __ATOMIC_RELAXED);
+	do
+		o[0] = old;
+	while (!__atomic_compare_exchange_n(&d->remote, &old, o, true, __ATOMIC_SEQ_CST,
+					    __ATOMIC_RELAXED));
+	unsigned st = __atomic_load_n(&d->state, __ATOMIC_SEQ_CST);
+	if (st == SLAB_FULL) {
+		struct vmap_heap *h = __atomic_load_n(&d->owner, __ATOMIC_RELAXED);
+		if (h)
+			__atomic_fetch_add(&h->hint[d->cls], 1, __ATOMIC_RELAXED);
+	} else if (st == SLAB_ABANDONED) {
+		__atomic_fetch_add(&abandoned_frees, 1, __ATOMIC_RELAXED);
+	}
+}
+
+
+size_t vmap_slab_usable(struct vmap_slab *d, const void *p, const char *who, bool live)
+{
+	void **o = vmap_slab_check(d, p, who);
+	if (live && (uintptr_t)o[1] == (vmap_slab_key ^ (uintptr_t)p))
+		vmap_slab_die(who, p, "double free: the block was already freed");
+	return d->size;
+}
+
+void vmap_slab_trim(void)
+{
+	if (vmap_slab_on)
+		reap_abandoned();
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+
+void vmap_slab_fork_prepare(void)
+{
+	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
+}
+
+void vmap_slab_fork_parent(void)
+{
+	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+}
+
+void vmap_slab_fork_child(void)
+{
+	vmap_lock_reset(&slab_lock);
+}

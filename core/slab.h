@@ -1,0 +1,197 @@
+/*
+ * slab.h — the builtin small backend (VMAPALLOC_BACKEND=builtin): size
+ * classes, slabs carved from the arena, per-thread heaps (see slab.c).
+ */
+#ifndef VMAP_SLAB_H
+#define VMAP_SLAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "range.h"
+
+#define VMAP_SLAB_MAX ((size_t)65536) /* the largest size class */
+#define VMAP_SLAB_UNIT_SHIFT 16       /* slabs are 1, 4 or 16 units of 64 KiB */
+
+struct vmap_heap;
+
+/*
+ * A slab's descriptor, out of band: one per 64 KiB unit of a region
+ * (vmap_region.slabs), so that free() finds it from the address alone.  Every
+ * unit of a slab points at the slab's first descriptor with `head`; a unit
+ * that is not part of a slab has head NULL.  The owner's fields and the
+ * remote list sit on different cache lines: other threads' frees touch only
+ * `remote` (and read owner, state and the geometry).
+ */
+struct vmap_slab {
+	/* first cache line: what the owner's malloc and free touch */
+	struct vmap_slab *head;  /* this slab's first descriptor; NULL: no slab */
+	void *free;              /* owner only: objects to hand out, LIFO */
+	struct vmap_heap *owner; /* NULL while abandoned */
+	uintptr_t start;         /* first object (the slab's first byte) */
+	uint32_t size, cap;      /* object size; objects in the slab */
+	uint32_t used, bump;     /* owner only: objects out; objects ever carved */
+	uint16_t cls;
+	uint8_t state;           /* SLAB_CUR / PARTIAL / FULL / ABANDONED (slab.c) */
+	uint8_t units;
+	uint32_t span;           /* cap * size: a link outside [start, start + span) is corrupt */
+	uint64_t magic;          /* ceil(2^40 / size): offset -> index without a division */
+	/* second: the owner's lists, and other threads' frees */
+	struct vmap_slab *next, *prev; /* the owner's list for this class */
+	void *remote;                  /* other threads' frees (a lock-free stack) */
+	char pad1[40];
+};
+
+#define NCLASSES 44
+
+enum { SLAB_NONE = 0, SLAB_CUR, SLAB_PARTIAL, SLAB_FULL, SLAB_ABANDONED };
+
+/* A thread's heap: per class, the slab it allocates from and its others. */
+struct vmap_heap {
+	struct vmap_slab *cur[NCLASSES];     /* never NULL: &vmap_slab_none when there is none */
+	struct vmap_slab *partial[NCLASSES]; /* doubly linked through next/prev */
+	struct vmap_slab *full[NCLASSES];
+	uint32_t hint[NCLASSES];      /* atomic: remote frees into this heap's full slabs */
+	uint32_t hint_seen[NCLASSES];
+	struct vmap_heap *next_free, *next_all;
+	bool in_use;
+};
+
+/* Set at init when the builtin backend is chosen. */
+extern bool vmap_slab_on;
+extern uint64_t vmap_slab_key;          /* a freed object's second word is key ^ address */
+extern struct vmap_slab vmap_slab_none; /* its free list is always empty */
+extern __thread struct vmap_heap *vmap_tls_heap;
+
+void vmap_slab_init(void);
+
+/* The out-of-line halves of the inline paths below (slab.c). */
+struct vmap_heap *vmap_slab_heap_first(void);
+struct vmap_slab *vmap_slab_refill(struct vmap_heap *h, unsigned c);
+void vmap_slab_owner_free_slow(struct vmap_heap *h, struct vmap_slab *d);
+void vmap_slab_remote_free(struct vmap_slab *d, void **o);
+__attribute__((noreturn)) void vmap_slab_die(const char *who, const void *p, const char *what);
+
+/* 16-byte steps up to 128, then four classes per power of two. */
+static inline unsigned vmap_slab_class(size_t size)
+{
+	if (size <= 128)
+		return size ? (unsigned)((size - 1) >> 4) : 0;
+	size_t s = size - 1;
+	unsigned lg = 63u - (unsigned)__builtin_clzll(s); /* 7..15 */
+	return 8 + (lg - 7) * 4 + (unsigned)(s >> (lg - 2)) - 4;
+}
+
+/* Pops an object of class c; NULL when no slab could be had.  The caller
+ * has checked that this thread is not re-entered (alloc.h). */
+static inline void *vmap_slab_take(struct vmap_heap *h, unsigned c)
+{
+	vmap_depth_enter();
+	struct vmap_slab *d = h->cur[c];
+	void **o = (void **)d->free;
+	if (__builtin_expect(!o, 0)) {
+		d = vmap_slab_refill(h, c);
+		if (!d) {
+			vmap_depth_leave();
+			return NULL;
+		}
+		o = (void **)d->free;
+	}
+	void *next = o[0];
+	/* A link that leaves the slab was written by the program after free. */
+	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
+		vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
+	d->free = next;
+	d->used++;
+	o[1] = NULL; /* the double-free mark */
+	vmap_depth_leave();
+	return o;
+}
+
+/* An object of at least size bytes (<= VMAP_SLAB_MAX), or NULL when no slab
+ * could be had (the caller falls back to glibc).  Not re-entered. */
+static inline void *vmap_slab_malloc(size_t size)
+{
+	struct vmap_heap *h = vmap_tls_heap;
+	if (__builtin_expect(!h, 0) && !(h = vmap_slab_heap_first()))
+		return NULL;
+	return vmap_slab_take(h, vmap_slab_class(size));
+}
+
+/* The same with align (a power of two below the page size). */
+void *vmap_slab_memalign(size_t align, size_t size);
+
+/* p must be an object's start that the slab has handed out. */
+static inline void **vmap_slab_check(struct vmap_slab *d, const void *p, const char *who)
+{
+	uintptr_t off = (uintptr_t)p - d->start;
+	uint64_t idx = ((uint64_t)off * d->magic) >> 40;
+	if (__builtin_expect(idx * d->size != off ||
+				     idx >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED),
+			     0))
+		vmap_slab_die(who, p, "not the start of a block");
+	return (void **)p;
+}
+
+/* Frees object p of slab d; a pointer that is not an object's start, or an
+ * object already free, stops the program with one line naming `who`. */
+static inline void vmap_slab_free(struct vmap_slab *d, void *p, const char *who)
+{
+	void **o = vmap_slab_check(d, p, who);
+	uintptr_t mark = vmap_slab_key ^ (uintptr_t)p;
+	if (__builtin_expect((uintptr_t)o[1] == mark, 0))
+		vmap_slab_die(who, p, "double free: the block was already freed");
+	o[1] = (void *)mark;
+	struct vmap_heap *h = vmap_tls_heap;
+	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) == h && h, 1)) {
+		vmap_depth_enter();
+		o[0] = d->free;
+		d->free = o;
+		d->used--;
+		/* The current slab stays, even empty; another one may have to
+		 * change lists: full -> partial, partial -> given back. */
+		uint8_t st = __atomic_load_n(&d->state, __ATOMIC_RELAXED);
+		if (__builtin_expect(st != SLAB_CUR, 0) && (st == SLAB_FULL || d->used == 0))
+			vmap_slab_owner_free_slow(h, d);
+		vmap_depth_leave();
+	} else {
+		vmap_slab_remote_free(d, o);
+	}
+}
+
+/* The slab holding p (an address inside region r), or NULL. */
+static inline struct vmap_slab *vmap_slab_of(struct vmap_region *r, uintptr_t p)
+{
+	struct vmap_slab *t = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
+	if (!t)
+		return NULL;
+	return __atomic_load_n(&t[(p - r->base) >> VMAP_SLAB_UNIT_SHIFT].head, __ATOMIC_RELAXED);
+}
+
+/* Whether p lies in a slab (so is a small object, not a large block). */
+static inline bool vmap_in_slab(uintptr_t p)
+{
+	struct vmap_region *r = vmap_region_of(p);
+	return r && vmap_slab_of(r, p);
+}
+
+/* The usable size of object p (checked as for free; with live, a freed
+ * object stops the program too: realloc). */
+size_t vmap_slab_usable(struct vmap_slab *d, const void *p, const char *who, bool live);
+/* Gives this thread's slabs up (empty ones back to the arena, the others to
+ * whichever thread next needs their class). */
+void vmap_slab_thread_exit(void);
+/* malloc_trim: slabs exited threads left, emptied since by other threads'
+ * frees, go back to the range allocator (to be purged with the rest). */
+void vmap_slab_trim(void);
+void vmap_slab_fork_prepare(void);
+void vmap_slab_fork_parent(void);
+void vmap_slab_fork_child(void);
+/* Size classes, for the tests. */
+unsigned vmap_slab_class_of(size_t size);
+size_t vmap_slab_class_size(unsigned cls);
+unsigned vmap_slab_nclasses(void);
+
+#endif

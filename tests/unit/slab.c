@@ -1,0 +1,281 @@
+/*
+ * slab.c — unit tests of core/slab.c, the builtin small backend, through the
+ * facade (VMAPALLOC_BACKEND=builtin): size classes, reuse, slabs given back,
+ * remote frees into current and full slabs, abandoned slabs adopted, aligned
+ * objects, and a cross-thread stress with every object's contents checked.
+ */
+#include "unit.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "alloc.h"
+#include "counter.h"
+#include "range.h"
+#include "slab.h"
+
+static void setup(void)
+{
+	unsetenv("VMAPALLOC_SMALL_MAX");
+	setenv("VMAPALLOC_BACKEND", "builtin", 1);
+	setenv("VMAPALLOC_SHARDS", "1", 1);
+	setenv("VMAPALLOC_PURGE_DELAY_MS", "0", 1);
+	vmap_init();
+	cr_assert(vmap_slab_on, "VMAPALLOC_BACKEND=builtin turns the slabs on");
+}
+
+static int64_t stat_of(enum vmap_stat s)
+{
+	return vmap_stat_read(s);
+}
+
+static void pat_fill(void *p, size_t n, unsigned seed)
+{
+	unsigned char *c = p;
+	for (size_t i = 0; i < n; i++)
+		c[i] = (unsigned char)(seed * 131 + i * 7);
+}
+
+static bool pat_intact(const void *p, size_t n, unsigned seed)
+{
+	const unsigned char *c = p;
+	for (size_t i = 0; i < n; i++)
+		if (c[i] != (unsigned char)(seed * 131 + i * 7))
+			return false;
+	return true;
+}
+
+Test(slab, size_classes_are_tight_and_cover_every_size)
+{
+	unsigned n = vmap_slab_nclasses();
+	cr_assert_eq(vmap_slab_class_size(n - 1), VMAP_SLAB_MAX);
+	for (unsigned c = 0; c < n; c++) {
+		cr_assert_eq(vmap_slab_class_size(c) % 16, 0, "class %u", c);
+		if (c)
+			cr_assert_gt(vmap_slab_class_size(c), vmap_slab_class_size(c - 1));
+	}
+	for (size_t s = 0; s <= VMAP_SLAB_MAX; s++) {
+		unsigned c = vmap_slab_class_of(s);
+		cr_assert_lt(c, n, "size %zu", s);
+		cr_assert_geq(vmap_slab_class_size(c), s, "size %zu in class %u", s, c);
+		if (c)
+			cr_assert_lt(vmap_slab_class_size(c - 1), s, "size %zu could use class %u", s,
+				     c - 1);
+		/* at most 25% (and 15 bytes) wasted */
+		cr_assert_leq(vmap_slab_class_size(c), s + s / 4 + 16, "size %zu", s);
+	}
+}
+
+Test(slab, objects_are_distinct_aligned_and_sized, .init = setup)
+{
+	enum { N = 600 };
+	static void *p[N];
+	static size_t sz[N];
+	for (unsigned i = 0; i < N; i++) {
+		sz[i] = (size_t)(i * 97) % 70000;
+		if (sz[i] > VMAP_SLAB_MAX)
+			sz[i] = i;
+		p[i] = vmap_malloc(sz[i]);
+		cr_assert_not_null(p[i]);
+		cr_assert_eq((uintptr_t)p[i] % 16, 0);
+		cr_assert(vmap_in_slab((uintptr_t)p[i]), "%zu bytes from a slab", sz[i]);
+		size_t u = vmap_usable_size(p[i]);
+		cr_assert_eq(u, vmap_slab_class_size(vmap_slab_class_of(sz[i])));
+		pat_fill(p[i], u, i);
+	}
+	for (unsigned i = 0; i < N; i++)
+		cr_assert(pat_intact(p[i], vmap_usable_size(p[i]), i), "object %u overlapped", i);
+	for (unsigned i = 0; i < N; i++)
+		vmap_free(p[i]);
+	cr_assert_eq(stat_of(VMAP_STAT_large_blocks_in_use), 0, "slabs are not large blocks");
+}
+
+Test(slab, a_freed_object_is_reused_first, .init = setup)
+{
+	void *a = vmap_malloc(40);
+	vmap_free(a);
+	void *b = vmap_malloc(48);
+	cr_assert_eq(a, b, "same class: the last freed object comes back");
+	vmap_free(b);
+}
+
+Test(slab, empty_slabs_other_than_the_current_go_back, .init = setup)
+{
+	enum { N = 5000 }; /* 64-byte objects: 1024 per 64 KiB slab */
+	static void *p[N];
+	int64_t s0 = stat_of(VMAP_STAT_slabs_in_use);
+	for (unsigned i = 0; i < N; i++)
+		p[i] = vmap_malloc(64);
+	int64_t s1 = stat_of(VMAP_STAT_slabs_in_use);
+	cr_assert_geq(s1 - s0, 5, "%d slabs for %d objects", (int)(s1 - s0), N);
+	cr_assert_geq(stat_of(VMAP_STAT_slab_bytes), (s1 - s0) * 65536);
+	for (unsigned i = 0; i < N; i++)
+		vmap_free(p[i]);
+	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use) - s0, 1, "only the current slab stays");
+}
+
+struct handoff {
+	void **p;
+	unsigned n;
+	size_t size;
+};
+
+static void *free_all(void *arg)
+{
+	struct handoff *h = arg;
+	for (unsigned i = 0; i < h->n; i++)
+		vmap_free(h->p[i]);
+	return NULL;
+}
+
+static void *alloc_all(void *arg)
+{
+	struct handoff *h = arg;
+	for (unsigned i = 0; i < h->n; i++) {
+		h->p[i] = vmap_malloc(h->size);
+		cr_assert_not_null(h->p[i]);
+		pat_fill(h->p[i], h->size, i);
+	}
+	return NULL;
+}
+
+Test(slab, remote_frees_are_collected_by_the_owner, .init = setup)
+{
+	enum { N = 20000 }; /* 100-byte objects: ~30 full slabs */
+	static void *p[N];
+	struct handoff h = {p, N, 100};
+	for (int round = 0; round < 5; round++) {
+		alloc_all(&h);
+		int64_t in_use = stat_of(VMAP_STAT_slabs_in_use);
+		pthread_t t;
+		cr_assert_eq(pthread_create(&t, NULL, free_all, &h), 0);
+		pthread_join(t, NULL);
+		/* the owner collects the remote frees (emptied full slabs go back
+		 * to the range allocator and come again): no growth */
+		alloc_all(&h);
+		cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use), in_use + 1,
+			      "round %d: %lld slabs, %lld before the remote frees", round,
+			      (long long)stat_of(VMAP_STAT_slabs_in_use), (long long)in_use);
+		for (unsigned i = 0; i < N; i++) {
+			cr_assert(pat_intact(p[i], 100, i));
+			vmap_free(p[i]);
+		}
+	}
+	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use), 4);
+}
+
+Test(slab, slabs_of_an_exited_thread_are_adopted, .init = setup)
+{
+	enum { N = 3000 };
+	static void *p[N];
+	struct handoff h = {p, N, 200};
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, alloc_all, &h), 0);
+	pthread_join(t, NULL); /* its slabs are abandoned, every object live */
+	for (unsigned i = 0; i < N; i += 2)
+		vmap_free(p[i]);
+	int64_t made = stat_of(VMAP_STAT_slabs_made);
+	static void *q[N / 2];
+	for (unsigned i = 0; i < N / 2; i++) {
+		q[i] = vmap_malloc(200);
+		pat_fill(q[i], 200, 7 * i);
+	}
+	cr_assert_geq(stat_of(VMAP_STAT_slabs_adopted), 1);
+	cr_assert_leq(stat_of(VMAP_STAT_slabs_made) - made, 1, "the freed halves were reused");
+	for (unsigned i = 1; i < N; i += 2) {
+		cr_assert(pat_intact(p[i], 200, i), "a live object of the exited thread changed");
+		vmap_free(p[i]);
+	}
+	for (unsigned i = 0; i < N / 2; i++) {
+		cr_assert(pat_intact(q[i], 200, 7 * i));
+		vmap_free(q[i]);
+	}
+}
+
+Test(slab, aligned_objects_come_from_classes_of_aligned_size, .init = setup)
+{
+	for (size_t a = 32; a < 4096; a *= 2) {
+		for (size_t n = 1; n < 20000; n = n * 3 + 5) {
+			void *p = vmap_memalign(a, n);
+			cr_assert_not_null(p);
+			cr_assert_eq((uintptr_t)p % a, 0, "memalign(%zu, %zu) = %p", a, n, p);
+			cr_assert_geq(vmap_usable_size(p), n);
+			cr_assert(vmap_in_slab((uintptr_t)p));
+			pat_fill(p, n, (unsigned)n);
+			vmap_free(p);
+		}
+	}
+}
+
+Test(slab, calloc_and_realloc, .init = setup)
+{
+	unsigned char *p = vmap_malloc(300);
+	memset(p, 0xff, 300);
+	vmap_free(p);
+	unsigned char *c = vmap_calloc(30, 10);
+	cr_assert_eq(c, p, "the freed object comes back");
+	for (int i = 0; i < 300; i++)
+		cr_assert_eq(c[i], 0);
+	pat_fill(c, 300, 3);
+	unsigned char *r = vmap_realloc(c, 260); /* same class (320): in place */
+	cr_assert_eq(r, c);
+	r = vmap_realloc(r, 5000);
+	cr_assert(pat_intact(r, 260, 3));
+	r = vmap_realloc(r, 200000); /* to a large block */
+	cr_assert(pat_intact(r, 260, 3));
+	cr_assert(!vmap_in_slab((uintptr_t)r) && vmap_range_owns(r));
+	r = vmap_realloc(r, 100); /* and back */
+	cr_assert(vmap_in_slab((uintptr_t)r));
+	cr_assert(pat_intact(r, 100, 3));
+	vmap_free(r);
+}
+
+/* Threads pass objects to each other through a shared table: every free is as
+ * likely remote as local, objects of every class, contents checked. */
+#define STRESS_SLOTS 4096
+static _Atomic(uintptr_t) stress_slot[STRESS_SLOTS];
+
+static void *stress(void *arg)
+{
+	uint64_t x = (uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
+	for (unsigned i = 0; i < 200000; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		unsigned k = (unsigned)(x % STRESS_SLOTS);
+		size_t n = (x >> 20) % 4 == 0 ? (x >> 24) % 65536 : (x >> 24) % 512;
+		uintptr_t mine = 0;
+		if ((x >> 40) & 1) {
+			unsigned char *p = vmap_malloc(n + 8);
+			cr_assert_not_null(p);
+			memcpy(p, &n, sizeof n);
+			memset(p + 8, (int)(n & 0xff), n);
+			mine = (uintptr_t)p;
+		}
+		uintptr_t old = atomic_exchange(&stress_slot[k], mine);
+		if (old) {
+			unsigned char *p = (unsigned char *)old;
+			size_t m;
+			memcpy(&m, p, sizeof m);
+			for (size_t j = 0; j < m; j += 61)
+				cr_assert_eq(p[8 + j], (unsigned char)(m & 0xff), "object changed");
+			vmap_free(p);
+		}
+	}
+	return NULL;
+}
+
+Test(slab, threads_trading_objects, .init = setup, .timeout = 120)
+{
+	enum { T = 4 };
+	pthread_t t[T];
+	for (uintptr_t i = 0; i < T; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, stress, (void *)(i + 1)), 0);
+	for (unsigned i = 0; i < T; i++)
+		pthread_join(t[i], NULL);
+	for (unsigned k = 0; k < STRESS_SLOTS; k++)
+		if (stress_slot[k])
+			vmap_free((void *)stress_slot[k]);
+	vmap_trim(0); /* the exited threads' slabs, emptied by the frees above */
+	int64_t slabs = stat_of(VMAP_STAT_slabs_in_use);
+	cr_assert_leq(slabs, 44, "%lld slabs left with every object freed", (long long)slabs);
+}
