@@ -56,6 +56,8 @@ extern char **environ;
  * test `size - 1 < limit` then fails for every size; malloc(0) takes the
  * general path). */
 static size_t vmap_slab_limit;
+static uint32_t vmap_auto_after; /* BACKEND=auto: 0 = no switch to come (see small_malloc) */
+static void slab_switch_on(void);
 
 enum { INIT_NONE, INIT_BUSY, INIT_DONE };
 static int vmap_init_state;
@@ -198,10 +200,10 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_os_exit(0);
 	}
 	vmap_counter_init(vmap_os_ncpu());
-	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN) {
-		vmap_slab_init(); /* its slabs come from the arena, set up with the first */
-		vmap_slab_limit = vmap_opt.small_max < VMAP_SLAB_MAX ? vmap_opt.small_max : VMAP_SLAB_MAX;
-	}
+	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN)
+		slab_switch_on(); /* its slabs come from the arena, set up with the first */
+	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
+		vmap_auto_after = (uint32_t)vmap_opt.auto_after;
 	vmap_glibc_strict_aligned_alloc = glibc_at_least(2, 38);
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
@@ -272,9 +274,39 @@ static inline void count2(enum vmap_stat a, enum vmap_stat b)
 
 /* ---- small backend ------------------------------------------------------ */
 
+/*
+ * VMAPALLOC_BACKEND=auto: small requests go to glibc until one thread has made
+ * AUTO_AFTER of them, then to the builtin slabs, for every thread.  A short
+ * process (a shell command, a compiler pass) never sets slabs up: it pays
+ * neither their page faults nor the arena (bench/startup.py); a process that
+ * allocates a lot gets the slabs.  Blocks glibc handed out before the switch
+ * are freed by glibc: free() tells them apart by address.
+ */
+static __thread uint32_t vmap_tls_small_count;
+
+static void slab_switch_on(void)
+{
+	static bool done;
+	if (__atomic_exchange_n(&done, true, __ATOMIC_ACQ_REL))
+		return;
+	vmap_slab_init();
+	__atomic_store_n(&vmap_slab_limit,
+			 vmap_opt.small_max < VMAP_SLAB_MAX ? vmap_opt.small_max : VMAP_SLAB_MAX,
+			 __ATOMIC_RELEASE);
+}
+
+__attribute__((noinline, cold)) static void auto_switch(void)
+{
+	__atomic_store_n(&vmap_auto_after, 0, __ATOMIC_RELAXED);
+	slab_switch_on();
+}
+
 static inline void *small_malloc(size_t size)
 {
-	if (vmap_slab_on && size <= VMAP_SLAB_MAX && !vmap_reentered()) {
+	if (__builtin_expect(++vmap_tls_small_count == __atomic_load_n(&vmap_auto_after,
+									 __ATOMIC_RELAXED), 0))
+		auto_switch();
+	if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) && size <= VMAP_SLAB_MAX && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
 		if (__builtin_expect(p != NULL, 1))
 			return p;
@@ -284,7 +316,7 @@ static inline void *small_malloc(size_t size)
 
 static void *small_memalign(size_t align, size_t size)
 {
-	if (vmap_slab_on && size <= VMAP_SLAB_MAX && !vmap_reentered()) {
+	if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) && size <= VMAP_SLAB_MAX && !vmap_reentered()) {
 		void *p = vmap_slab_memalign(align, size);
 		if (p)
 			return p;
@@ -304,7 +336,7 @@ static inline struct vmap_slab *slab_of(const void *p)
 	uintptr_t a = (uintptr_t)p;
 	struct vmap_region *r = &vmap_regions[0]; /* size 0 until the arena is set up */
 	if (__builtin_expect(a - r->base >= r->size, 0)) {
-		if (!vmap_slab_on || !(r = vmap_region_of(a)))
+		if (!__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) || !(r = vmap_region_of(a)))
 			return NULL;
 	}
 	return vmap_slab_of(r, a);
@@ -535,7 +567,7 @@ void *vmap_malloc(size_t size)
 {
 	enter();
 	/* The builtin backend's objects first: the common case, in a few tests. */
-	if (size - 1 < vmap_slab_limit && !vmap_reentered()) {
+	if (size - 1 < __atomic_load_n(&vmap_slab_limit, __ATOMIC_RELAXED) && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
 		if (__builtin_expect(p != NULL, 1)) {
 			count2(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs);
@@ -636,7 +668,7 @@ void *vmap_calloc(size_t n, size_t size)
 	if (!is_large(total)) {
 		count(VMAP_STAT_small_allocs);
 		void *p;
-		if (vmap_slab_on && total <= VMAP_SLAB_MAX) {
+		if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) && total <= VMAP_SLAB_MAX) {
 			p = small_malloc(total);
 			if (p)
 				memset(p, 0, total);

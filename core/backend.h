@@ -27,7 +27,7 @@ struct vmap_libc {
 
 extern struct vmap_libc vmap_libc;
 
-enum vmap_backend { VMAP_BACKEND_LIBC = 0, VMAP_BACKEND_BUILTIN = 1 };
+enum vmap_backend { VMAP_BACKEND_LIBC = 0, VMAP_BACKEND_BUILTIN = 1, VMAP_BACKEND_AUTO = 2 };
 
 /* Resolves glibc's functions; 0, or -1 after printing why. */
 int vmap_backend_init(void);

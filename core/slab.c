@@ -116,7 +116,7 @@ void vmap_slab_init(void)
 	const uint64_t *rnd = (const uint64_t *)getauxval(AT_RANDOM);
 	uint64_t k = rnd ? rnd[0] ^ (rnd[1] << 1) : 0x9e3779b97f4a7c15ull;
 	vmap_slab_key = k | 1; /* never 0: a fresh object's second word is 0 */
-	vmap_slab_on = true;
+	__atomic_store_n(&vmap_slab_on, true, __ATOMIC_RELEASE);
 }
 
 /* ---- misuse ------------------------------------------------------------ */
@@ -580,7 +580,7 @@ size_t vmap_slab_usable(struct vmap_slab *d, const void *p, const char *who, boo
 
 void vmap_slab_trim(void)
 {
-	if (vmap_slab_on)
+	if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED))
 		reap_abandoned();
 }
 

@@ -34,7 +34,8 @@ Test(options, defaults_match_options_def)
 	vmap_options_defaults();
 	cr_assert_eq(vmap_opt.help, 0);
 	cr_assert_eq(vmap_opt.verbose, 0);
-	cr_assert_eq(vmap_opt.backend, 0);
+	cr_assert_eq(vmap_opt.backend, 2); /* auto */
+	cr_assert_eq(vmap_opt.auto_after, 65536);
 	cr_assert_eq(vmap_opt.small_max, 65536);
 	cr_assert_eq(vmap_opt.reserve, 64ull << 30);
 	cr_assert_eq(vmap_opt.shards, 0);
@@ -364,7 +365,7 @@ Test(options, enum_rejects_other_words)
 	}
 	expect_rejected("VMAPALLOC_STATS_FORMAT=xml", "VMAPALLOC_STATS_FORMAT", "text");
 	cr_assert_eq(vmap_opt.stats_format, VMAP_FORMAT_TEXT);
-	expect_rejected("VMAPALLOC_BACKEND=jemalloc", "VMAPALLOC_BACKEND", "libc");
+	expect_rejected("VMAPALLOC_BACKEND=jemalloc", "VMAPALLOC_BACKEND", "auto");
 }
 
 Test(options, rejection_message_says_what_is_accepted)

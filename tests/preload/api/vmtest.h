@@ -147,13 +147,22 @@ static size_t vmt_small_max(void)
     return (size_t)v;
 }
 
-/* VMAPALLOC_BACKEND=builtin: vmapalloc's own slabs serve small requests of
- * up to 64 KiB (and SMALL_MAX), so those blocks lie in its regions too. */
+/* Whether vmapalloc's own slabs serve small requests (of up to 64 KiB and
+ * SMALL_MAX) now, so that those blocks lie in its regions too: always with
+ * VMAPALLOC_BACKEND=builtin, never with libc, and with auto (the default)
+ * once a thread has made VMAPALLOC_AUTO_AFTER small allocations.  Called
+ * after an allocation: a thread's first slab object comes from a slab it
+ * made itself, which its own (exact) reading of slabs_made shows. */
 __attribute__((unused))
 static int vmt_builtin(void)
 {
     const char *b = getenv("VMAPALLOC_BACKEND");
-    return b && strcmp(b, "builtin") == 0;
+    if (b && strcmp(b, "builtin") == 0)
+        return 1;
+    if (b && strcmp(b, "libc") == 0)
+        return 0;
+    uint64_t v = 0;
+    return vmt_vm && vm.counter_get("slabs_made", &v) == 0 && v > 0;
 }
 
 /* Whether a block of n bytes aligned to a lies in vmapalloc's regions: a
