@@ -1819,6 +1819,178 @@ static void c_mremap_span_two_vmas(void)
     un("unmap", a, 4 * PG);
 }
 
+/*
+ * The program's VMAs inside one mapping: mprotect, madvise and mlock of part
+ * of it split it where they change something, and calls that make the parts
+ * equal again merge them; mremap resizes one VMA only.
+ */
+static void c_mremap_split_merged(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 200);
+    NEED(a);
+    mp("pages 2-3 read-only", AT(a, 2), 2 * PG, PROT_READ);
+    mp("pages 2-3 read-write again (merged)", AT(a, 2), 2 * PG, RW);
+    char *p = mr_free("grow 4 to 8 pages, MAYMOVE", a, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 200);
+    zero("grown part", p, 4, 4);
+    probe("after", p, 8);
+    un("unmap", p, 8 * PG);
+}
+
+static void c_mremap_split_same_prot(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 201);
+    NEED(a);
+    mp("pages 1-2 read-write (no change: no split)", AT(a, 1), 2 * PG, RW);
+    char *p = mr_free("grow 4 to 8 pages, MAYMOVE", a, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 201);
+    un("unmap", p, 8 * PG);
+    char *b = mapfilled("map 4 pages", 4, 202);
+    NEED(b);
+    mp("all read-only", b, 4 * PG, PROT_READ);
+    mp("pages 1-2 read-only (no change)", AT(b, 1), 2 * PG, PROT_READ);
+    p = mr_free("grow 4 to 8 pages, MAYMOVE", b, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 202);
+    probe("grown part read-only too", p, 8);
+    un("unmap", p, 8 * PG);
+}
+
+static void c_mremap_split_shrink(void)
+{
+    char *a = mapfilled("map 6 pages", 6, 203);
+    NEED(a);
+    mp("pages 2-3 read-only", AT(a, 2), 2 * PG, PROT_READ);
+    mr("same size across three VMAs", a, 6 * PG, 6 * PG, 0, NULL);
+    mr("same size across, MAYMOVE", a, 6 * PG, 6 * PG, MREMAP_MAYMOVE, NULL);
+    mr("DONTUNMAP across", a, 6 * PG, 6 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    mr("grow pages 0-2 across", a, 3 * PG, 4 * PG, MREMAP_MAYMOVE, NULL);
+    mr("shrink across to 3 pages", a, 6 * PG, 3 * PG, 0, NULL);
+    probe("after shrink", a, 6);
+    mr("grow the read-only page in place", AT(a, 2), PG, 2 * PG, 0, NULL);
+    probe("after grow", a, 6);
+    content("pages 0-2 kept", a, 0, 3, 203);
+    zero("grown page", a, 3, 1);
+    un("unmap", a, 4 * PG);
+}
+
+static void c_mremap_split_advice(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 204);
+    NEED(a);
+    ma("DONTNEED pages 2-3 (no split)", AT(a, 2), 2 * PG, MADV_DONTNEED);
+    ma("COLD pages 1-2 (no split)", AT(a, 1), 2 * PG, 20 /* MADV_COLD */);
+    mul("munlock pages 1-2, not locked (no split)", AT(a, 1), 2 * PG);
+    ma("NORMAL pages 1-2 (no split)", AT(a, 1), 2 * PG, MADV_NORMAL);
+    char *p = mr_free("grow 4 to 8 pages", a, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    un("unmap", p, 8 * PG);
+
+    char *b = mapfilled("map 4 pages", 4, 205);
+    NEED(b);
+    ma("RANDOM pages 2-3", AT(b, 2), 2 * PG, MADV_RANDOM);
+    mr("grow across", b, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    ma("NORMAL pages 2-3 (merged)", AT(b, 2), 2 * PG, MADV_NORMAL);
+    p = mr_free("grow across", b, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 205);
+    un("unmap", p, 8 * PG);
+
+    char *c = mapfilled("map 4 pages", 4, 206);
+    NEED(c);
+    ml("mlock page 1", AT(c, 1), PG);
+    mr("grow across", c, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    mul("munlock page 1 (merged)", AT(c, 1), PG);
+    p = mr_free("grow across", c, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    un("unmap", p, 8 * PG);
+
+    char *d = mapfilled("map 4 pages", 4, 207);
+    NEED(d);
+    ma("DONTFORK pages 0-1", d, 2 * PG, MADV_DONTFORK);
+    probe("a child lacks pages 0-1", d, 4);
+    mr("grow across", d, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    ma("HUGEPAGE pages 2-3", AT(d, 2), 2 * PG, MADV_HUGEPAGE);
+    ma("DOFORK pages 0-1 (still split)", d, 2 * PG, MADV_DOFORK);
+    mr("grow across", d, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    ma("HUGEPAGE pages 0-1 (merged)", d, 2 * PG, MADV_HUGEPAGE);
+    p = mr_free("grow across", d, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 207);
+    un("unmap", p, 8 * PG);
+}
+
+static void c_mremap_split_after_munmap(void)
+{
+    char *a = mapfilled("map 6 pages", 6, 208);
+    NEED(a);
+    mp("page 1 read-only", AT(a, 1), PG, PROT_READ);
+    un("unmap page 0", a, PG);
+    mr("grow pages 1-2 across", AT(a, 1), 2 * PG, 4 * PG, MREMAP_MAYMOVE, NULL);
+    un("unmap page 4", AT(a, 4), PG);
+    mr("grow pages 2-3 in place", AT(a, 2), 2 * PG, 3 * PG, 0, NULL);
+    probe("after", a, 6);
+    mp("page 1 read-write (merged)", AT(a, 1), PG, RW);
+    char *p = mr_free("grow pages 1-4 to 8 pages", AT(a, 1), 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p - PG, 1, 3, 208);
+    zero("grown page", p, 3, 1);
+    un("unmap page 5", AT(a, 5), PG);
+    un("unmap", p, 8 * PG);
+}
+
+/* Linux 6.17 and later move several VMAs with MREMAP_FIXED at the same size. */
+static void c_mremap_split_fixed(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 209);
+    NEED(a);
+    char *spacer = anon("map spacer 16 pages", 16);
+    NEED(spacer);
+    mp("pages 2-3 read-only", AT(a, 2), 2 * PG, PROT_READ);
+    char *t = anon("map target 8 pages", 8);
+    NEED(t);
+    un("unmap target (now a hole)", t, 8 * PG);
+    mr("FIXED shrinking across", a, 4 * PG, 3 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+    mr("FIXED growing across", a, 4 * PG, 6 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+    probe("unchanged", a, 4);
+    char *p = mr("FIXED same size across", a, 4 * PG, 4 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+    NEED(p);
+    content("moved", t, 0, 4, 209);
+    probe("old range", a, 4);
+    probe("new range", t, 8);
+    mr("grow the moved mapping across", t, 4 * PG, 6 * PG, MREMAP_MAYMOVE, NULL);
+    mr("grow its read-only VMA in place", AT(t, 2), 2 * PG, 4 * PG, 0, NULL);
+    probe("after", t, 8);
+    p = mr("FIXED shrinking to the read-write VMA", t, 4 * PG, 2 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, a);
+    NEED(p);
+    content("moved back", a, 0, 2, 209);
+    probe("old range", t, 8);
+    probe("new range", a, 4);
+    un("unmap", a, 2 * PG);
+    un("unmap the rest", AT(t, 2), 4 * PG);
+    un("unmap spacer", spacer, 16 * PG);
+}
+
+/* A read-only VMA of a split mapping moved out: its protection goes with it,
+ * and the grown part has it too. */
+static void c_mremap_split_move(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 210);
+    NEED(a);
+    mp("pages 2-3 read-only", AT(a, 2), 2 * PG, PROT_READ);
+    char *p = mr_free("grow pages 2-3 to 6 pages, MAYMOVE", AT(a, 2), 2 * PG, 6 * PG,
+                      MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("moved", p - 2 * PG, 2, 2, 210);
+    zero("grown part", p, 2, 4);
+    probe("read-only, all of it", p, 6);
+    content("pages 0-1 kept", a, 0, 2, 210);
+    un("unmap", p, 6 * PG);
+    un("unmap pages 0-1", a, 2 * PG);
+}
+
 static void c_mremap_part_of_mapping(void)
 {
     char *a = mapfilled("map 8 pages", 8, 114);
@@ -2980,6 +3152,13 @@ static const struct tcase cases[] = {
     C("mremap-dontunmap-fixed", c_mremap_dontunmap_fixed, "DONTUNMAP|FIXED to a hole"),
     C("mremap-errors", c_mremap_errors, "bad flags, old_len 0, FIXED w/o MAYMOVE, overlap, unaligned, DONTUNMAP misuse, new_len 0, huge"),
     C("mremap-span-two-vmas", c_mremap_span_two_vmas, "old range spans two VMAs -> EFAULT"),
+    C("mremap-split-merged", c_mremap_split_merged, "mprotect split, then back: merged, grows across"),
+    C("mremap-split-same-prot", c_mremap_split_same_prot, "mprotect of part to the protection it has: no split; grown part keeps READ"),
+    C("mremap-split-shrink", c_mremap_split_shrink, "split mapping: same size and shrink across ok, grow and DONTUNMAP across EFAULT, a VMA grows alone"),
+    C("mremap-split-advice", c_mremap_split_advice, "DONTNEED/COLD/NORMAL/munlock: no split; RANDOM, mlock, DONTFORK, HUGEPAGE split until merged"),
+    C("mremap-split-after-munmap", c_mremap_split_after_munmap, "split mapping with its head unmapped: the pieces keep their VMAs"),
+    C("mremap-split-fixed", c_mremap_split_fixed, "MREMAP_FIXED of a split mapping: same size moves both VMAs, resizing across EFAULT"),
+    C("mremap-split-move", c_mremap_split_move, "the read-only VMA of a split mapping grown with MAYMOVE: read-only all over"),
     C("mremap-part-of-mapping", c_mremap_part_of_mapping, "move pages 2-3 out of an 8-page mapping"),
     C("mremap-chain", c_mremap_chain, "grow, shrink, grow again: content follows"),
     C("mremap-shared-anon", c_mremap_shared_anon, "shared anonymous grow; old_len 0 duplicates it"),
