@@ -21,15 +21,17 @@
  * the area only, the area mirrors the VMAs the kernel would have split it
  * into, and mremap refuses to resize across them (EFAULT) as the kernel does
  * ("the program's VMAs" below).  mremap moves a served mapping into a new
- * served one, also with MREMAP_FIXED to free arena space (carve_at).  munmap/mremap/MAP_FIXED aimed at
- * a live malloc block or at vmapalloc's metadata are refused with EINVAL and
- * one diagnostic line.  MAP_FIXED, MAP_FIXED_NOREPLACE and hints aimed at
- * arena pages that are free from the program's point of view get them: the
- * pages are carved out and handed to the kernel (a "foreign" range, ours
- * again once the program unmaps it).
+ * served one, also with MREMAP_FIXED to free arena space (carve_at).
+ * munmap/mremap/MAP_FIXED aimed at a live malloc block or at vmapalloc's
+ * metadata are refused with EINVAL and one diagnostic line.  MAP_FIXED,
+ * MAP_FIXED_NOREPLACE and hints aimed at arena pages that are free from the
+ * program's point of view get them: the pages are carved out and handed to
+ * the kernel (a "foreign" range, ours again once the program unmaps it).
  *
  * Owns no state of its own beyond counters; every tag change happens under
- * the owner shard's lock (range.h), system calls outside it.
+ * the owner shard's lock (range.h), system calls outside it — but for the
+ * attribute bits of a live served mapping (ATTR, VMA, SEGS), which
+ * mprotect/madvise/mlock change lock-free with an atomic read-modify-write.
  *
  * Re-entered (a signal handler that interrupted this thread inside the
  * allocator, alloc.h): nothing here may take a shard lock, so mmap goes to
@@ -306,6 +308,19 @@ static bool spans_vmas(struct vmap_region *r, uintptr_t head, uint64_t t, uintpt
 	unsigned v = attrs_at(r, head, t, x);
 	for (uintptr_t y = x + VMAP_PAGE; y < x + len; y += VMAP_PAGE)
 		if (attrs_at(r, head, t, y) != v)
+			return true;
+	return false;
+}
+
+/* Are any pages of [x, x + len) of the served mapping mlocked? */
+static bool locked_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len)
+{
+	if (!(t & VMAP_TAG_ATTR))
+		return false;
+	if (!(t & VMAP_TAG_SEGS))
+		return head_attrs(t) & VA_LOCKED;
+	for (uintptr_t y = x; y < x + len; y += VMAP_PAGE)
+		if (attrs_at(r, head, t, y) & VA_LOCKED)
 			return true;
 	return false;
 }
@@ -1171,14 +1186,27 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 					(flags & MREMAP_DONTUNMAP) ? nl : nl > ol ? nl - ol : 0);
 	size_t moved = ol < nl ? ol : nl;
 	uint64_t st = __atomic_load_n(&vmap_pte_of(r, p.head)->tag, __ATOMIC_ACQUIRE);
-	void *m = vmap_os_mremap(old, moved, moved, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
+	/* MREMAP_DONTUNMAP keeps the old range mapped until it is cut (no hole
+	 * in the arena for another thread's mmap to land in).  But it unlocks
+	 * the whole kernel VMA the pages leave, pages not moved included (Linux
+	 * 6.18): locked pages are moved the plain way, and the hole they leave
+	 * is filled at once. */
+	int how = MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP;
+	if (!(flags & MREMAP_DONTUNMAP) && locked_in(r, p.head, st, a, moved))
+		how &= ~MREMAP_DONTUNMAP;
+	void *m = vmap_os_mremap(old, moved, moved, how, q);
+	if (!vmap_os_is_err(m) && !(how & MREMAP_DONTUNMAP))
+		vmap_os_map_fresh(old, moved);
 	if (vmap_os_is_err(m)) {
 		/* Kernels without MREMAP_DONTUNMAP (or, before 6.17, a range of
 		 * several VMAs), or a failure near the VMA limit that may have
 		 * unmapped part of q: map q again, then copy (the program may have
 		 * made the old pages unreadable: they are reset after). */
-		if (vmap_os_map_fresh(q, moved))
+		if (vmap_os_map_fresh(q, moved)) {
+			bool any = false;
+			walk((uintptr_t)q, (uintptr_t)q + nl, unmap_piece, &any); /* give q back */
 			return (void *)(intptr_t)-ENOMEM;
+		}
 		if (st & VMAP_TAG_ATTR)
 			vmap_os_mprotect(old, moved, PROT_READ | PROT_WRITE);
 		memcpy(q, old, moved);

@@ -1991,6 +1991,26 @@ static void c_mremap_split_move(void)
     un("unmap pages 0-1", a, 2 * PG);
 }
 
+/* Part of a locked mapping moved out: the pages left stay locked (the kernel
+ * refuses MADV_DONTNEED on locked pages), and so do the moved ones. */
+static void c_mremap_locked_part(void)
+{
+    char *a = mapfilled("map 8 pages", 8, 211);
+    NEED(a);
+    ml("mlock all", a, 8 * PG);
+    char *p = mr("move pages 0-6 out, MAYMOVE grow", a, 7 * PG, 9 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    ma("DONTNEED page 7 (locked)", AT(a, 7), PG, MADV_DONTNEED);
+    ma("DONTNEED the moved pages (locked)", p, 9 * PG, MADV_DONTNEED);
+    content("moved", p, 0, 7, 211);
+    zero("grown part", p, 7, 2);
+    content("page 7 kept", a, 7, 1, 211);
+    mul("munlock page 7", AT(a, 7), PG);
+    ma("DONTNEED page 7", AT(a, 7), PG, MADV_DONTNEED);
+    un("unmap", p, 9 * PG);
+    un("unmap page 7", AT(a, 7), PG);
+}
+
 static void c_mremap_part_of_mapping(void)
 {
     char *a = mapfilled("map 8 pages", 8, 114);
@@ -3158,6 +3178,7 @@ static const struct tcase cases[] = {
     C("mremap-split-advice", c_mremap_split_advice, "DONTNEED/COLD/NORMAL/munlock: no split; RANDOM, mlock, DONTFORK, HUGEPAGE split until merged"),
     C("mremap-split-after-munmap", c_mremap_split_after_munmap, "split mapping with its head unmapped: the pieces keep their VMAs"),
     C("mremap-split-fixed", c_mremap_split_fixed, "MREMAP_FIXED of a split mapping: same size moves both VMAs, resizing across EFAULT"),
+    C("mremap-locked-part", c_mremap_locked_part, "pages 0-6 of a locked mapping moved out: page 7 and the moved pages stay locked"),
     C("mremap-split-move", c_mremap_split_move, "the read-only VMA of a split mapping grown with MAYMOVE: read-only all over"),
     C("mremap-part-of-mapping", c_mremap_part_of_mapping, "move pages 2-3 out of an 8-page mapping"),
     C("mremap-chain", c_mremap_chain, "grow, shrink, grow again: content follows"),
