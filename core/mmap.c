@@ -826,6 +826,22 @@ static void record_attrs(struct vmap_region *r, struct piece *p, uintptr_t a, ui
 				       VA_FRESH);
 }
 
+/* The program moved locked pages [x, e) of the served mapping at head out
+ * with MREMAP_DONTUNMAP: the kernel unlocks the whole VMAs they were in. */
+static void unlock_vmas(struct vmap_region *r, uintptr_t head, uintptr_t x, uintptr_t e)
+{
+	struct piece p = piece_at(r, head);
+	uint64_t t = p.tag;
+	unsigned vx = attrs_at(r, head, t, x), ve = attrs_at(r, head, t, e - VMAP_PAGE);
+	while (x > head && attrs_at(r, head, t, x - VMAP_PAGE) == vx)
+		x -= VMAP_PAGE;
+	while (e < p.end && attrs_at(r, head, t, e) == ve)
+		e += VMAP_PAGE;
+	struct apply ap = {OP_MUNLOCK, 0, NULL, x, false, false, 0};
+	if (kernel_op(&ap, x, e - x) == 0)
+		record_attrs(r, &p, x, e, &ap);
+}
+
 static int apply_piece(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
 {
 	struct apply *ap = arg;
@@ -1189,10 +1205,11 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	/* MREMAP_DONTUNMAP keeps the old range mapped until it is cut (no hole
 	 * in the arena for another thread's mmap to land in).  But it unlocks
 	 * the whole kernel VMA the pages leave, pages not moved included (Linux
-	 * 6.18): locked pages are moved the plain way, and the hole they leave
-	 * is filled at once. */
+	 * 6.18), and the arena's VMAs are not the program's: locked pages are
+	 * moved the plain way, and the hole they leave is filled at once. */
 	int how = MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP;
-	if (!(flags & MREMAP_DONTUNMAP) && locked_in(r, p.head, st, a, moved))
+	bool locked = locked_in(r, p.head, st, a, moved);
+	if (locked)
 		how &= ~MREMAP_DONTUNMAP;
 	void *m = vmap_os_mremap(old, moved, moved, how, q);
 	if (!vmap_os_is_err(m) && !(how & MREMAP_DONTUNMAP))
@@ -1217,10 +1234,18 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	if (!(flags & MREMAP_DONTUNMAP)) {
 		struct piece cur = piece_at(r, a);
 		cut_mapped(r, &cur, a, a + ol);
-	} else if (vmap_os_is_err(m)) {
-		memset(old, 0, moved); /* DONTUNMAP: the old range reads zero */
+	} else if (locked || vmap_os_is_err(m)) {
+		/* The program's DONTUNMAP: the old range stays, reads zero and keeps
+		 * its attributes (it was refilled fresh, or copied from) — but the
+		 * kernel unlocks the whole VMAs the locked pages left. */
+		if (vmap_os_is_err(m))
+			memset(old, 0, moved);
+		if (locked)
+			unlock_vmas(r, p.head, a, a + moved);
 		if (st & VMAP_TAG_ATTR)
-			realize_range(r, p.head, st, a, a + moved);
+			realize_range(r, p.head,
+				      __atomic_load_n(&vmap_pte_of(r, p.head)->tag, __ATOMIC_ACQUIRE),
+				      a, a + moved);
 	}
 	return q;
 }

@@ -2011,6 +2011,51 @@ static void c_mremap_locked_part(void)
     un("unmap page 7", AT(a, 7), PG);
 }
 
+/* MREMAP_DONTUNMAP of locked pages: the kernel unlocks the whole VMA they
+ * leave (pages 1-4 here), not the read-only locked VMA next to it. */
+static void c_mremap_dontunmap_locked(void)
+{
+    char *a = mapfilled("map 8 pages", 8, 212);
+    NEED(a);
+    ml("mlock pages 1-6", AT(a, 1), 6 * PG);
+    mp("pages 5-6 read-only", AT(a, 5), 2 * PG, PROT_READ);
+    char *p = mr("DONTUNMAP pages 2-3", AT(a, 2), 2 * PG, 2 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    NEED(p);
+    content("moved", p - 2 * PG, 2, 2, 212);
+    zero("old pages read zero", a, 2, 2);
+    probe("old range", a, 8);
+    ma("DONTNEED page 1 (unlocked now)", AT(a, 1), PG, MADV_DONTNEED);
+    ma("DONTNEED page 4 (unlocked now)", AT(a, 4), PG, MADV_DONTNEED);
+    ma("DONTNEED page 5 (still locked)", AT(a, 5), PG, MADV_DONTNEED);
+    ma("DONTNEED the moved pages (locked)", p, 2 * PG, MADV_DONTNEED);
+    content("page 5 kept", a, 5, 2, 212);
+    zero("page 1 zapped", a, 1, 1);
+    un("unmap", a, 8 * PG);
+    un("unmap moved", p, 2 * PG);
+}
+
+/* MREMAP_DONTUNMAP of locked pages unlocks their VMA, which stays a VMA of
+ * its own although nothing tells it from its neighbour any more (a known
+ * difference: vmapalloc mirrors only splits by differing attributes). */
+static void c_mremap_dontunmap_split(void)
+{
+    char *a = mapfilled("map 6 pages", 6, 213);
+    NEED(a);
+    ml("mlock pages 2-5", AT(a, 2), 4 * PG);
+    char *p = mr("DONTUNMAP pages 2-5", AT(a, 2), 4 * PG, 4 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    NEED(p);
+    un("unmap the moved pages", p, 4 * PG);
+    char *r = mr_free("grow all 6 pages across the split", a, 6 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    if (r != MAP_FAILED) {
+        un("unmap where it went", r, 8 * PG); /* the old address is gone */
+        return;
+    }
+    mr("same size across the split", a, 6 * PG, 6 * PG, 0, NULL);
+    content("pages 0-1 kept", a, 0, 2, 213);
+    zero("pages 2-5 read zero", a, 2, 4);
+    un("unmap", a, 6 * PG);
+}
+
 static void c_mremap_part_of_mapping(void)
 {
     char *a = mapfilled("map 8 pages", 8, 114);
@@ -3179,6 +3224,8 @@ static const struct tcase cases[] = {
     C("mremap-split-after-munmap", c_mremap_split_after_munmap, "split mapping with its head unmapped: the pieces keep their VMAs"),
     C("mremap-split-fixed", c_mremap_split_fixed, "MREMAP_FIXED of a split mapping: same size moves both VMAs, resizing across EFAULT"),
     C("mremap-locked-part", c_mremap_locked_part, "pages 0-6 of a locked mapping moved out: page 7 and the moved pages stay locked"),
+    C("mremap-dontunmap-locked", c_mremap_dontunmap_locked, "DONTUNMAP of locked pages unlocks their whole VMA, not the next one"),
+    C("mremap-dontunmap-split", c_mremap_dontunmap_split, "DONTUNMAP of locked pages: their unlocked VMA stays split, growing across -> EFAULT"),
     C("mremap-split-move", c_mremap_split_move, "the read-only VMA of a split mapping grown with MAYMOVE: read-only all over"),
     C("mremap-part-of-mapping", c_mremap_part_of_mapping, "move pages 2-3 out of an 8-page mapping"),
     C("mremap-chain", c_mremap_chain, "grow, shrink, grow again: content follows"),
