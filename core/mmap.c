@@ -377,8 +377,10 @@ static void realize_range(struct vmap_region *r, uintptr_t head, uint64_t t, uin
 static void inherit_attrs(struct vmap_region *r, uint64_t st, uintptr_t head, uintptr_t x,
 			  size_t len, uintptr_t q, size_t qlen, size_t from)
 {
+	if (!(st & VMAP_TAG_ATTR))
+		return; /* as mmap() made it, like the new mapping */
 	struct vmap_region *rq = vmap_region_of(q);
-	if (!rq || !(st & VMAP_TAG_ATTR))
+	if (!rq)
 		return;
 	uint64_t set = VMAP_TAG_ATTR | attrs_bits(attrs_at(r, head, st, x));
 	if (spans_vmas(r, head, st, x, len)) {

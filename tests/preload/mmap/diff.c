@@ -2782,6 +2782,141 @@ static void c_random_churn(void)
       OPS, calls, bad, zero_bad, fails);
 }
 
+/*
+ * Random VMA churn: up to 8 mappings of 2..11 pages; mprotect, madvise
+ * (RANDOM, NORMAL, SEQUENTIAL, DONTFORK, DOFORK, DONTNEED), mlock and munlock
+ * of sub-ranges split and merge their VMAs, and mremap (MAYMOVE growth of the
+ * whole or a head part, shrinking, MREMAP_FIXED moves to holes at the same,
+ * a smaller or a larger size) and munmap follow them.  Every call's result is
+ * printed (no address); every 50 operations the pages of each mapping (probed
+ * from a child) and a checksum of the pages a child could write.
+ * MREMAP_DONTUNMAP is left out: see mremap-dontunmap-split.
+ */
+static void c_random_vmas(void)
+{
+    enum { MAXM = 8, OPS = 2500 };
+    static const int advice[] = { MADV_RANDOM, MADV_NORMAL, MADV_SEQUENTIAL, MADV_DONTFORK,
+                                  MADV_DOFORK, MADV_DONTNEED };
+    struct { char *a; size_t n; } m[MAXM];
+    int nm = 0;
+    uint64_t s = 0x5eed1e55ull;
+    for (int op = 0; op < OPS; op++) {
+        if (op % 50 == 0) {
+            for (int k = 0; k < nm; k++) {
+                char text[256];
+                if (probe_vec(m[k].a, m[k].n) < 0)
+                    continue;
+                rle(text, sizeof text, vecbuf, m[k].n);
+                uint64_t h = 0;
+                for (size_t i = 0; i < m[k].n; i++)
+                    h = h * 31 + (vecbuf[i] == 'w' ? csum(m[k].a, i, 1) : 0);
+                T("op %d: mapping %d: pages %s, content %016llx", op, k, text,
+                  (unsigned long long)h);
+            }
+        }
+        if (nm < 3) {
+            size_t n = 2 + rnd(&s) % 10;
+            char *a = mmap(NULL, n * PG, RW, PA, -1, 0);
+            T("op %d: map %zu -> %s", op, n, a == MAP_FAILED ? ename(errno) : "ok");
+            if (a != MAP_FAILED) {
+                fill(a, 0, n, (uint64_t)op);
+                m[nm].a = a;
+                m[nm++].n = n;
+            }
+            continue;
+        }
+        int k = (int)(rnd(&s) % (uint64_t)nm);
+        size_t n = m[k].n, lo = rnd(&s) % n, hi = lo + 1 + rnd(&s) % (n - lo);
+        char *a = m[k].a, *p;
+        int r;
+        switch (rnd(&s) % 10) {
+        case 0:
+        case 1: {
+            int prot = rnd(&s) % 3 == 0 ? PROT_READ : RW;
+            r = mprotect(AT(a, lo), (hi - lo) * PG, prot);
+            T("op %d: mprotect %d [%zu,%zu) %d -> %s", op, k, lo, hi, prot, r ? ename(errno) : "0");
+            break;
+        }
+        case 2: {
+            int adv = advice[rnd(&s) % 6];
+            r = madvise(AT(a, lo), (hi - lo) * PG, adv);
+            T("op %d: madvise %d [%zu,%zu) %d -> %s", op, k, lo, hi, adv, r ? ename(errno) : "0");
+            break;
+        }
+        case 3: {
+            int lock = (int)(rnd(&s) % 2);
+            r = lock ? mlock(AT(a, lo), (hi - lo) * PG) : munlock(AT(a, lo), (hi - lo) * PG);
+            T("op %d: %s %d [%zu,%zu) -> %s", op, lock ? "mlock" : "munlock", k, lo, hi,
+              r ? ename(errno) : "0");
+            break;
+        }
+        case 4:
+        case 5: {
+            size_t len = rnd(&s) % 2 ? n : hi, more = 1 + rnd(&s) % 4;
+            p = mremap(a, len * PG, (len + more) * PG, MREMAP_MAYMOVE);
+            T("op %d: mremap %d grow [0,%zu) by %zu -> %s", op, k, len, more,
+              p == MAP_FAILED ? ename(errno) : "ok");
+            if (p == MAP_FAILED)
+                break;
+            if (len < n && nm < MAXM) {
+                m[nm].a = AT(a, len); /* the rest stays where it was */
+                m[nm++].n = n - len;
+            } else if (len < n) {
+                munmap(AT(a, len), (n - len) * PG);
+            }
+            m[k].a = p;
+            m[k].n = len + more;
+            break;
+        }
+        case 6: {
+            size_t nn = 1 + rnd(&s) % n;
+            p = mremap(a, n * PG, nn * PG, 0);
+            T("op %d: mremap %d shrink %zu to %zu -> %s", op, k, n, nn,
+              p == MAP_FAILED ? ename(errno) : "ok");
+            if (p != MAP_FAILED)
+                m[k].n = nn;
+            break;
+        }
+        case 7: {
+            unsigned how = (unsigned)(rnd(&s) % 3);
+            size_t nn = how == 0 ? n : how == 1 ? n - 1 + (n == 1) : n + 1 + rnd(&s) % 3;
+            char *h = mmap(NULL, (nn + 2) * PG, RW, PA, -1, 0);
+            if (h == MAP_FAILED)
+                break;
+            munmap(h, (nn + 2) * PG);
+            p = mremap(a, n * PG, nn * PG, MREMAP_MAYMOVE | MREMAP_FIXED, AT(h, 1));
+            T("op %d: mremap %d fixed %zu to %zu -> %s", op, k, n, nn,
+              p == MAP_FAILED ? ename(errno) : "ok");
+            if (p != MAP_FAILED) {
+                m[k].a = p;
+                m[k].n = nn;
+            }
+            break;
+        }
+        case 8:
+            r = munmap(a, n * PG);
+            T("op %d: munmap %d -> %s", op, k, r ? ename(errno) : "0");
+            m[k] = m[--nm];
+            break;
+        default:
+            if (lo == 0 || hi == n)
+                break;
+            r = munmap(AT(a, lo), (hi - lo) * PG);
+            T("op %d: munmap %d [%zu,%zu) -> %s", op, k, lo, hi, r ? ename(errno) : "0");
+            if (nm < MAXM) {
+                m[nm].a = AT(a, hi);
+                m[nm++].n = n - hi;
+            } else {
+                munmap(AT(a, hi), (n - hi) * PG);
+            }
+            m[k].n = lo;
+            break;
+        }
+    }
+    for (int k = 0; k < nm; k++)
+        munmap(m[k].a, m[k].n * PG);
+}
+
 struct churn_arg { int id; int errors; int fails; };
 
 static void *churn_thread(void *arg)
@@ -3272,6 +3407,7 @@ static const struct tcase cases[] = {
     C("reuse-dontunmap", c_reuse_dontunmap, "moved with DONTUNMAP, both unmapped"),
     /* realistic */
     C("cpython-arenas", c_cpython_arenas, "256 KiB arenas mapped/unmapped in random order, 500 cycles, content checks"),
+    C("random-vmas", c_random_vmas, "2500 random mprotect/madvise/mlock of parts, mremap grow/shrink/FIXED, munmap: results, pages, contents"),
     C("random-churn", c_random_churn, "3000 random map/unmap/partial/mremap/mprotect operations with checks"),
     C("threads-churn", c_threads_churn, "4 threads x 300 map/fill/partial-unmap/unmap cycles"),
 };
