@@ -1187,6 +1187,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 		if (!carve_at(d, nl))
 			return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
 		q = new_addr;
+		p = piece_at(r, a); /* the destination may have cut the mapping's head off */
 	} else {
 		q = serve(nl, 0);
 		if (!q) {
