@@ -17,15 +17,21 @@
  * "guarded" free run, un-guarded when reused.  mprotect/madvise/mincore/
  * mremap aimed at such pages fail as on unmapped memory (ENOMEM, EFAULT).
  * An area whose protection or advice the program changed is flagged ATTR and
- * reset with a fresh mapping before reuse.  munmap/mremap/MAP_FIXED aimed at
- * a live malloc block or at vmapalloc's metadata are refused with EINVAL and
- * one diagnostic line.  MAP_FIXED, MAP_FIXED_NOREPLACE and hints aimed at
- * arena pages that are free from the program's point of view get them: the
- * pages are carved out and handed to the kernel (a "foreign" range, ours
- * again once the program unmaps it).
+ * reset with a fresh mapping before reuse; where it changed them for part of
+ * the area only, the area mirrors the VMAs the kernel would have split it
+ * into, and mremap refuses to resize across them (EFAULT) as the kernel does
+ * ("the program's VMAs" below).  mremap moves a served mapping into a new
+ * served one, also with MREMAP_FIXED to free arena space (carve_at).
+ * munmap/mremap/MAP_FIXED aimed at a live malloc block or at vmapalloc's
+ * metadata are refused with EINVAL and one diagnostic line.  MAP_FIXED,
+ * MAP_FIXED_NOREPLACE and hints aimed at arena pages that are free from the
+ * program's point of view get them: the pages are carved out and handed to
+ * the kernel (a "foreign" range, ours again once the program unmaps it).
  *
  * Owns no state of its own beyond counters; every tag change happens under
- * the owner shard's lock (range.h), system calls outside it.
+ * the owner shard's lock (range.h), system calls outside it — but for the
+ * attribute bits of a live served mapping (ATTR, VMA, SEGS), which
+ * mprotect/madvise/mlock change lock-free with an atomic read-modify-write.
  *
  * Re-entered (a signal handler that interrupted this thread inside the
  * allocator, alloc.h): nothing here may take a shard lock, so mmap goes to
@@ -221,6 +227,173 @@ static int find_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uint
 	return r && (p->kind == PIECE_MAPPED || p->kind == PIECE_FOREIGN) ? 1 : 0;
 }
 
+/* ---- the program's VMAs inside a served mapping ----------------------------- */
+
+/*
+ * The kernel gives a mapping one VMA per run of pages with equal attributes
+ * (protection, the VMA-flag advice, locking): mprotect, madvise or mlock of a
+ * strict sub-range that changes them splits it, and a later call that makes
+ * neighbours equal again merges them.  mremap then resizes or moves one VMA
+ * only (EFAULT across a boundary; since Linux 6.17 a same-size MREMAP_FIXED
+ * move may take several).  The arena's own VMAs say nothing about this (they
+ * are split by vmapalloc's page moves too), so a served mapping mirrors the
+ * program's view in its page-table entries (range.h): the attributes of its
+ * first page in the head tag, and, once the program made them differ inside
+ * it (VMAP_TAG_SEGS), each other page's in that page's entry.  A boundary is
+ * wherever two neighbouring pages differ, which is where the kernel has one.
+ *
+ * Written only by mprotect/madvise/mlock/munlock of served pages and by
+ * mremap; read only by mremap and when a mapping is cut or grown: the served
+ * mmap/munmap paths do not touch it (a fresh mapping's attributes encode as
+ * 0).  Two threads changing attributes of the same mapping at once may leave
+ * it approximate (no lock: these calls must work from a signal handler);
+ * the kernel would serialise them.
+ */
+enum {
+	VA_PROT = 0x7,     /* PROT_READ | PROT_WRITE | PROT_EXEC */
+	VA_RA_SHIFT = 3,   /* 2 bits: 0 normal, 1 MADV_RANDOM, 2 MADV_SEQUENTIAL */
+	VA_DONTCOPY = 1 << 5,
+	VA_DONTDUMP = 1 << 6,
+	VA_WIPEONFORK = 1 << 7,
+	VA_THP_SHIFT = 8,  /* 2 bits: 0 default, 1 MADV_HUGEPAGE, 2 MADV_NOHUGEPAGE */
+	VA_MERGEABLE = 1 << 10,
+	VA_LOCKED = 1 << 11,
+	VA_ONFAULT = 1 << 12,
+	VA_BITS = 0x1fff,
+};
+#define VA_FRESH ((unsigned)(PROT_READ | PROT_WRITE)) /* what a served mmap() has */
+#define SEG_MARK (1ull << 62) /* in a page's stamp: its attributes follow (for a reader's eye) */
+
+static inline unsigned head_attrs(uint64_t t)
+{
+	return (unsigned)((t & VMAP_TAG_VMA) >> VMAP_TAG_VMA_SHIFT) ^ VA_FRESH;
+}
+
+static inline uint64_t attrs_bits(unsigned v)
+{
+	return (uint64_t)(v ^ VA_FRESH) << VMAP_TAG_VMA_SHIFT;
+}
+
+/* The attributes of page x of the served mapping at head (tag t). */
+static unsigned attrs_at(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x)
+{
+	if (x == head || !(t & VMAP_TAG_SEGS))
+		return head_attrs(t);
+	return ((unsigned)vmap_pte_of(r, x)->stamp & VA_BITS) ^ VA_FRESH;
+}
+
+static void set_attrs(struct vmap_region *r, uintptr_t x, uintptr_t e, unsigned v)
+{
+	for (struct vmap_pte *p = vmap_pte_of(r, x); x < e; x += VMAP_PAGE, p++)
+		p->stamp = SEG_MARK | (v ^ VA_FRESH);
+}
+
+/* Changes the attribute bits of a live served mapping's head tag (the rest
+ * of the tag may change under the owner shard's lock meanwhile). */
+static void tag_attrs(struct vmap_pte *h, uint64_t clear, uint64_t set)
+{
+	uint64_t t = __atomic_load_n(&h->tag, __ATOMIC_RELAXED);
+	while (vmap_tag_state(t) == VMAP_ST_LIVE &&
+	       !__atomic_compare_exchange_n(&h->tag, &t, (t & ~clear) | set, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED))
+		;
+}
+
+/* Does [x, x + len) of the served mapping cross one of the program's VMA
+ * boundaries?  O(len / page) when the mapping was split, O(1) otherwise. */
+static bool spans_vmas(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len)
+{
+	if (!(t & VMAP_TAG_SEGS) || len <= VMAP_PAGE)
+		return false;
+	unsigned v = attrs_at(r, head, t, x);
+	for (uintptr_t y = x + VMAP_PAGE; y < x + len; y += VMAP_PAGE)
+		if (attrs_at(r, head, t, y) != v)
+			return true;
+	return false;
+}
+
+/* Are any pages of [x, x + len) of the served mapping mlocked? */
+static bool locked_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len)
+{
+	if (!(t & VMAP_TAG_ATTR))
+		return false;
+	if (!(t & VMAP_TAG_SEGS))
+		return head_attrs(t) & VA_LOCKED;
+	for (uintptr_t y = x; y < x + len; y += VMAP_PAGE)
+		if (attrs_at(r, head, t, y) & VA_LOCKED)
+			return true;
+	return false;
+}
+
+/* Makes fresh pages [x, x + len) (read-write, no advice, unlocked) have the
+ * attributes v, as the kernel's pages of a VMA with them would. */
+static void realize_attrs(uintptr_t x, size_t len, unsigned v)
+{
+	static const int ra[4] = {0, MADV_RANDOM, MADV_SEQUENTIAL, 0};
+	static const int thp[4] = {0, MADV_HUGEPAGE, MADV_NOHUGEPAGE, 0};
+	if (v == VA_FRESH || !len)
+		return;
+	void *p = (void *)x;
+	if (ra[(v >> VA_RA_SHIFT) & 3])
+		vmap_os_madvise(p, len, ra[(v >> VA_RA_SHIFT) & 3]);
+	if (thp[(v >> VA_THP_SHIFT) & 3])
+		vmap_os_madvise(p, len, thp[(v >> VA_THP_SHIFT) & 3]);
+	if (v & VA_DONTCOPY)
+		vmap_os_madvise(p, len, MADV_DONTFORK);
+	if (v & VA_DONTDUMP)
+		vmap_os_madvise(p, len, MADV_DONTDUMP);
+	if (v & VA_WIPEONFORK)
+		vmap_os_madvise(p, len, MADV_WIPEONFORK);
+	if (v & VA_MERGEABLE)
+		vmap_os_madvise(p, len, MADV_MERGEABLE);
+	if (v & VA_LOCKED)
+		vmap_os_syscall6(SYS_mlock2, (long)x, (long)len, (v & VA_ONFAULT) ? 1 /* MLOCK_ONFAULT */ : 0,
+				 0, 0, 0);
+	if ((v & VA_PROT) != VA_FRESH)
+		vmap_os_mprotect(p, len, (int)(v & VA_PROT));
+}
+
+/* realize_attrs over [x, e) of the served mapping at head, run by run. */
+static void realize_range(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x,
+			  uintptr_t e)
+{
+	while (x < e) {
+		unsigned v = attrs_at(r, head, t, x);
+		uintptr_t y = x + VMAP_PAGE;
+		while (y < e && attrs_at(r, head, t, y) == v)
+			y += VMAP_PAGE;
+		realize_attrs(x, y - x, v);
+		x = y;
+	}
+}
+
+/*
+ * The pages [x, x + len) of the served mapping src (head, tag st) went to the
+ * served mapping at q of qlen bytes (tag set, no attributes yet): q takes
+ * their attributes, and the pages past len those of the last one (the
+ * kernel grows the moved VMA).  The attributes of [q + from, q + qlen) are
+ * then made real (pages that were not moved but are fresh).
+ */
+static void inherit_attrs(struct vmap_region *r, uint64_t st, uintptr_t head, uintptr_t x,
+			  size_t len, uintptr_t q, size_t qlen, size_t from)
+{
+	if (!(st & VMAP_TAG_ATTR))
+		return; /* as mmap() made it, like the new mapping */
+	struct vmap_region *rq = vmap_region_of(q);
+	if (!rq)
+		return;
+	uint64_t set = VMAP_TAG_ATTR | attrs_bits(attrs_at(r, head, st, x));
+	if (spans_vmas(r, head, st, x, len)) {
+		for (size_t o = VMAP_PAGE; o < len; o += VMAP_PAGE)
+			set_attrs(rq, q + o, q + o + VMAP_PAGE, attrs_at(r, head, st, x + o));
+		set_attrs(rq, q + len, q + qlen, attrs_at(r, head, st, x + len - VMAP_PAGE));
+		set |= VMAP_TAG_SEGS;
+	}
+	struct vmap_pte *h = vmap_pte_of(rq, q);
+	tag_attrs(h, VMAP_TAG_VMA | VMAP_TAG_SEGS, set);
+	realize_range(rq, q, __atomic_load_n(&h->tag, __ATOMIC_ACQUIRE), q + from, q + qlen);
+}
+
 /* ---- unmapping part of a served mapping ----------------------------------- */
 
 /* Makes [a, e) fault like unmapped memory.  0 or -errno. */
@@ -277,15 +450,26 @@ static int cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintp
 	bool big = t & VMAP_TAG_BIG;
 	uint64_t keep = t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR);
 	vmap_shard_lock(s);
-	if (__builtin_expect(vmap_profile_on, 0)) /* its record follows the pieces left */
-		vmap_profile_mmap_cut(p->head, p->end, a, e);
 	struct vmap_pte *h = vmap_pte_of(r, p->head);
 	uint64_t left = (a - p->head) >> VMAP_PAGE_SHIFT, right = (p->end - e) >> VMAP_PAGE_SHIFT;
+	/* The pieces left keep the attributes the program gave their pages (its
+	 * VMAs): the right one's first page's go to its head tag.  Read before
+	 * the profile takes e's entry over.  (The attribute bits may have
+	 * changed since p was read: mprotect takes no lock.) */
+	uint64_t cur = __atomic_load_n(&h->tag, __ATOMIC_RELAXED);
+	if ((cur ^ t) & ~(VMAP_TAG_VMA | VMAP_TAG_SEGS))
+		cur = t;
+	uint64_t lkeep = keep | (cur & (VMAP_TAG_VMA | VMAP_TAG_SEGS));
+	uint64_t rkeep = keep | (cur & VMAP_TAG_SEGS);
+	if (right && (cur & VMAP_TAG_ATTR))
+		rkeep |= attrs_bits(attrs_at(r, p->head, cur, e));
+	if (__builtin_expect(vmap_profile_on, 0)) /* its record follows the pieces left */
+		vmap_profile_mmap_cut(p->head, p->end, a, e);
 	__atomic_store_n(&h->tag,
-			 left ? vmap_tag_make(VMAP_ST_LIVE, s->id, left, keep) : 0, __ATOMIC_RELEASE);
+			 left ? vmap_tag_make(VMAP_ST_LIVE, s->id, left, lkeep) : 0, __ATOMIC_RELEASE);
 	if (right)
 		__atomic_store_n(&vmap_pte_of(r, e)->tag,
-				 vmap_tag_make(VMAP_ST_LIVE, s->id, right, keep), __ATOMIC_RELEASE);
+				 vmap_tag_make(VMAP_ST_LIVE, s->id, right, rkeep), __ATOMIC_RELEASE);
 	vmap_free_insert_locked(s, a, (e - a) >> VMAP_PAGE_SHIFT, state, big, vmap_os_now_ns());
 	vmap_shard_unlock(s);
 	count(VMAP_STAT_mmap_bytes_in_use, -(int64_t)(e - a));
@@ -582,6 +766,84 @@ static int kernel_op(struct apply *ap, uintptr_t a, size_t len)
 	return -EINVAL;
 }
 
+static unsigned attrs_after(unsigned v, int op, long arg)
+{
+	switch (op) {
+	case OP_MPROTECT: return (v & ~(unsigned)VA_PROT) | ((unsigned)arg & VA_PROT);
+	case OP_MLOCK: return (v & ~(unsigned)VA_ONFAULT) | VA_LOCKED;
+	case OP_MLOCK2: return (v & ~(unsigned)VA_ONFAULT) | VA_LOCKED | ((arg & 1) ? VA_ONFAULT : 0);
+	case OP_MUNLOCK: return v & ~(unsigned)(VA_LOCKED | VA_ONFAULT);
+	case OP_MADVISE: break;
+	default: return v;
+	}
+	const unsigned ra = 3u << VA_RA_SHIFT, thp = 3u << VA_THP_SHIFT;
+	switch (arg) {
+	case MADV_NORMAL: return v & ~ra;
+	case MADV_RANDOM: return (v & ~ra) | (1u << VA_RA_SHIFT);
+	case MADV_SEQUENTIAL: return (v & ~ra) | (2u << VA_RA_SHIFT);
+	case MADV_DONTFORK: return v | VA_DONTCOPY;
+	case MADV_DOFORK: return v & ~(unsigned)VA_DONTCOPY;
+	case MADV_DONTDUMP: return v | VA_DONTDUMP;
+	case MADV_DODUMP: return v & ~(unsigned)VA_DONTDUMP;
+	case MADV_WIPEONFORK: return v | VA_WIPEONFORK;
+	case MADV_KEEPONFORK: return v & ~(unsigned)VA_WIPEONFORK;
+	case MADV_HUGEPAGE: return (v & ~thp) | (1u << VA_THP_SHIFT);
+	case MADV_NOHUGEPAGE: return (v & ~thp) | (2u << VA_THP_SHIFT);
+	case MADV_MERGEABLE: return v | VA_MERGEABLE;
+	case MADV_UNMERGEABLE: return v & ~(unsigned)VA_MERGEABLE;
+	default: return v;
+	}
+}
+
+/* The kernel changed the attributes of [a, e) of the served mapping p as the
+ * program asked: mirror it (see "the program's VMAs" above). */
+static void record_attrs(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e,
+			 struct apply *ap)
+{
+	struct vmap_pte *h = vmap_pte_of(r, p->head);
+	uint64_t t = __atomic_load_n(&h->tag, __ATOMIC_ACQUIRE);
+	if ((t ^ p->tag) & ~(VMAP_TAG_VMA | VMAP_TAG_SEGS | VMAP_TAG_ATTR))
+		return; /* cut or grown meanwhile by another thread: a race of the program's */
+	if (!(t & VMAP_TAG_SEGS)) {
+		unsigned v = head_attrs(t), nv = attrs_after(v, ap->op, ap->arg);
+		if (nv == v)
+			return; /* no change: no split either */
+		if (a == p->head && e == p->end) {
+			tag_attrs(h, VMAP_TAG_VMA, attrs_bits(nv));
+			return;
+		}
+		/* Part of the mapping changes: the kernel splits it.  Every other
+		 * page gets its own entry before the tag says so. */
+		set_attrs(r, p->head + VMAP_PAGE, p->end, v);
+		tag_attrs(h, 0, VMAP_TAG_SEGS);
+		t |= VMAP_TAG_SEGS;
+	}
+	uintptr_t x = a;
+	if (x == p->head) {
+		tag_attrs(h, VMAP_TAG_VMA, attrs_bits(attrs_after(head_attrs(t), ap->op, ap->arg)));
+		x += VMAP_PAGE;
+	}
+	for (struct vmap_pte *q = vmap_pte_of(r, x); x < e; x += VMAP_PAGE, q++)
+		q->stamp = SEG_MARK | (attrs_after((q->stamp & VA_BITS) ^ VA_FRESH, ap->op, ap->arg) ^
+				       VA_FRESH);
+}
+
+/* The program moved locked pages [x, e) of the served mapping at head out
+ * with MREMAP_DONTUNMAP: the kernel unlocks the whole VMAs they were in. */
+static void unlock_vmas(struct vmap_region *r, uintptr_t head, uintptr_t x, uintptr_t e)
+{
+	struct piece p = piece_at(r, head);
+	uint64_t t = p.tag;
+	unsigned vx = attrs_at(r, head, t, x), ve = attrs_at(r, head, t, e - VMAP_PAGE);
+	while (x > head && attrs_at(r, head, t, x - VMAP_PAGE) == vx)
+		x -= VMAP_PAGE;
+	while (e < p.end && attrs_at(r, head, t, e) == ve)
+		e += VMAP_PAGE;
+	struct apply ap = {OP_MUNLOCK, 0, NULL, x, false, false, 0};
+	if (kernel_op(&ap, x, e - x) == 0)
+		record_attrs(r, &p, x, e, &ap);
+}
+
 static int apply_piece(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
 {
 	struct apply *ap = arg;
@@ -596,6 +858,9 @@ static int apply_piece(struct vmap_region *r, struct piece *p, uintptr_t a, uint
 		ap->rc = rc;
 		return ap->op == OP_MADVISE && rc == -ENOMEM ? 0 : 1;
 	}
+	if (r && p->kind == PIECE_MAPPED && (ap->attr || ap->op == OP_MUNLOCK) &&
+	    ap->op != OP_MINCORE)
+		record_attrs(r, p, a, e, ap);
 	return 0;
 }
 
@@ -663,6 +928,25 @@ int vmap_munlock(const void *addr, size_t len)
 
 /* ---- mremap ------------------------------------------------------------------ */
 
+/* Free pages [a, a + bytes) of a run in `state`, just taken for the program:
+ * zero-filled and accessible. */
+static void make_usable(uintptr_t a, size_t bytes, unsigned state)
+{
+	uint64_t pages = bytes >> VMAP_PAGE_SHIFT;
+	if (state == VMAP_RUN_DIRTY) {
+		count(VMAP_STAT_cached_bytes, -(int64_t)bytes);
+		memset((void *)a, 0, bytes);
+	} else if (state == VMAP_RUN_ADVISED) {
+		memset((void *)a, 0, bytes);
+	} else if (state == VMAP_RUN_GUARDED) {
+		vmap_unguard(a, pages);
+	} else if (state == VMAP_RUN_PROTECTED) {
+		count(VMAP_STAT_cached_bytes, -(int64_t)bytes);
+		vmap_unprotect(a, pages);
+		memset((void *)a, 0, bytes);
+	}
+}
+
 /* Grows the served mapping that ends at `end` by `extra` pages into free
  * space right after it; true on success.  The new pages read zero. */
 static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra)
@@ -687,24 +971,19 @@ static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra
 		vmap_run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, state,
 				    rt & VMAP_TAG_BIG, stamp);
 	uint64_t pages = vmap_tag_pages(t) + extra;
+	/* The kernel grows the last VMA: the new pages take its attributes. */
+	unsigned last = attrs_at(r, p->head, t, end - VMAP_PAGE);
+	if (t & VMAP_TAG_SEGS)
+		set_attrs(r, end, end + (extra << VMAP_PAGE_SHIFT), last);
 	__atomic_store_n(&vmap_pte_of(r, p->head)->tag,
 			 vmap_tag_make(VMAP_ST_LIVE, s->id, pages,
-				       t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR)),
+				       t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR |
+					    VMAP_TAG_VMA | VMAP_TAG_SEGS)),
 			 __ATOMIC_RELEASE);
 	vmap_shard_unlock(s);
 	size_t bytes = (size_t)extra << VMAP_PAGE_SHIFT;
-	if (state == VMAP_RUN_DIRTY) {
-		count(VMAP_STAT_cached_bytes, -(int64_t)bytes);
-		memset((void *)end, 0, bytes);
-	} else if (state == VMAP_RUN_ADVISED) {
-		memset((void *)end, 0, bytes);
-	} else if (state == VMAP_RUN_GUARDED) {
-		vmap_unguard(end, extra);
-	} else if (state == VMAP_RUN_PROTECTED) {
-		count(VMAP_STAT_cached_bytes, -(int64_t)bytes);
-		vmap_unprotect(end, extra);
-		memset((void *)end, 0, bytes);
-	}
+	make_usable(end, bytes, state);
+	realize_attrs(end, bytes, last);
 	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)bytes);
 	if (__builtin_expect(vmap_profile_on, 0))
 		vmap_profile_mmap_grow(p->head, bytes);
@@ -717,7 +996,7 @@ static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra
  * free space and handed to the kernel, which moves the old pages in.  A
  * destination over a live malloc block or metadata is refused.
  */
-static int claim_destination(uintptr_t d, size_t nl)
+static int clear_destination(uintptr_t d, size_t nl)
 {
 	uintptr_t de = d + nl;
 	if (!overlaps_arena(d, de))
@@ -728,10 +1007,79 @@ static int claim_destination(uintptr_t d, size_t nl)
 		return -EINVAL;
 	}
 	bool any = false;
-	int rc = walk(d, de, unmap_piece, &any);
-	if (rc)
+	return walk(d, de, unmap_piece, &any);
+}
+
+static int claim_destination(uintptr_t d, size_t nl)
+{
+	int rc = clear_destination(d, nl);
+	if (rc || !overlaps_arena(d, d + nl))
 		return rc;
-	return walk(d, de, take_hole, NULL) ? -ENOMEM : 0;
+	return walk(d, d + nl, take_hole, NULL) ? -ENOMEM : 0;
+}
+
+/*
+ * MREMAP_FIXED of a served mapping into free arena space: the destination
+ * becomes a served mapping itself, exactly [d, d + len), when it is free runs
+ * of one shard (small chunks, at most CARVE_RUNS runs).  The kernel moves the
+ * pages in, and what the program does with them next (resize, move back) is
+ * ours to do, as for any served mapping.  Handed to the kernel instead (a
+ * foreign range) they would keep the arena's VMAs: vmapalloc's own page moves
+ * split a served mapping into several, which Linux 6.17+ moves only at the
+ * same size and then refuses to resize (EFAULT) — the program sees one.
+ * False (nothing changed) when it cannot: the caller hands the range over.
+ */
+#define CARVE_RUNS 8
+
+static bool carve_at(uintptr_t d, size_t len)
+{
+	struct vmap_region *r = vmap_region_of(d);
+	uintptr_t e = d + len;
+	if (!r || e > r->base + r->size)
+		return false;
+	struct piece p = piece_at(r, d);
+	if (p.kind != PIECE_HOLE || !p.tag)
+		return false;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(p.tag)];
+	struct {
+		uintptr_t head, end;
+		uint64_t tag, stamp;
+	} run[CARVE_RUNS];
+	unsigned n = 0;
+	vmap_shard_lock(s);
+	for (uintptr_t x = d; x < e; x = p.end) {
+		p = piece_at(r, x);
+		if (n == CARVE_RUNS || vmap_tag_state(p.tag) != VMAP_ST_FREE ||
+		    vmap_tag_shard(p.tag) != s->id || (p.tag & VMAP_TAG_BIG)) {
+			vmap_shard_unlock(s);
+			return false;
+		}
+		run[n].head = p.head;
+		run[n].end = p.end;
+		run[n].tag = p.tag;
+		run[n].stamp = vmap_pte_of(r, p.head)->stamp;
+		n++;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		unsigned state = vmap_tag_run_state(run[i].tag);
+		vmap_run_take_locked(s, vmap_pte_of(r, run[i].head), run[i].tag);
+		if (run[i].head < d)
+			vmap_run_set_locked(s, r, run[i].head, (d - run[i].head) >> VMAP_PAGE_SHIFT,
+					    state, false, run[i].stamp);
+		if (run[i].end > e)
+			vmap_run_set_locked(s, r, e, (run[i].end - e) >> VMAP_PAGE_SHIFT, state, false,
+					    run[i].stamp);
+	}
+	__atomic_store_n(&vmap_pte_of(r, d)->tag,
+			 vmap_tag_make(VMAP_ST_LIVE, s->id, len >> VMAP_PAGE_SHIFT, VMAP_TAG_MMAP),
+			 __ATOMIC_RELEASE);
+	vmap_shard_unlock(s);
+	for (unsigned i = 0; i < n; i++) {
+		uintptr_t x = run[i].head > d ? run[i].head : d, y = run[i].end < e ? run[i].end : e;
+		make_usable(x, y - x, vmap_tag_run_state(run[i].tag));
+	}
+	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)len);
+	return true;
 }
 
 static void *remap_fixed(struct vmap_region *r, struct piece *p, void *old, size_t old_len,
@@ -804,6 +1152,15 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 			return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
 		return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
 	}
+	/* The program's own VMA boundaries in the mapping (its mprotect, madvise
+	 * and mlock calls split it): the kernel resizes or moves one VMA only,
+	 * but since Linux 6.17 moves several with MREMAP_FIXED at the same size
+	 * (after a shrink, what is left must be one). */
+	size_t one = nl > ol ? ol
+		     : (flags & MREMAP_FIXED) ? (nl < ol ? nl : 0)
+		     : (flags & MREMAP_DONTUNMAP) ? ol : 0;
+	if (one && spans_vmas(r, p.head, p.tag, a, one))
+		return (void *)(intptr_t)-EFAULT;
 	count(VMAP_STAT_mremap_calls, 1);
 	if (!(flags & MREMAP_FIXED) && !(flags & MREMAP_DONTUNMAP)) {
 		if (nl == ol)
@@ -812,45 +1169,86 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 			int rc = cut_mapped(r, &p, a + nl, a + ol);
 			return rc ? (void *)(intptr_t)rc : old;
 		}
-		/* Known difference: where the program split the mapping with
-		 * mprotect, the kernel refuses to resize across the split (EFAULT);
-		 * vmapalloc cannot tell its own VMA boundaries (moved pages) from
-		 * the program's, and resizes. */
 		if (a + ol == p.end && grow_in_place(r, &p, (nl - ol) >> VMAP_PAGE_SHIFT))
 			return old;
 		if (!(flags & MREMAP_MAYMOVE))
 			return (void *)(intptr_t)-ENOMEM;
 	}
-	/* Move.  The destination: the program's address (outside the arena: the
-	 * kernel's), or a new served mapping. */
-	if (flags & MREMAP_FIXED)
-		return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
+	/* Move.  The destination: the program's address (a served mapping carved
+	 * there when it is free arena space, else the kernel's), or a new served
+	 * mapping. */
+	void *q;
+	if (flags & MREMAP_FIXED) {
+		if (!overlaps_arena(d, d + nl))
+			return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
+		int rc = clear_destination(d, nl);
+		if (rc)
+			return (void *)(intptr_t)rc;
+		if (!carve_at(d, nl))
+			return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
+		q = new_addr;
+		p = piece_at(r, a); /* the destination may have cut the mapping's head off */
+	} else {
+		q = serve(nl, 0);
+		if (!q) {
+			count(VMAP_STAT_mmap_passed, 1);
+			q = vmap_os_mmap(NULL, nl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+					 -1, 0);
+		}
+		if (vmap_os_is_err(q))
+			return q;
+	}
 	/* The new mapping is the old one moved: the profile keeps its site
 	 * rather than record the mremap as a new allocation. */
-	void *q = serve(nl, 0);
-	if (!q) {
-		count(VMAP_STAT_mmap_passed, 1);
-		q = vmap_os_mmap(NULL, nl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	}
-	if (vmap_os_is_err(q))
-		return q;
 	if (__builtin_expect(vmap_profile_on, 0))
 		vmap_profile_mmap_moved(p.head, (uintptr_t)q, nl,
 					(flags & MREMAP_DONTUNMAP) ? nl : nl > ol ? nl - ol : 0);
 	size_t moved = ol < nl ? ol : nl;
-	void *m = vmap_os_mremap(old, moved, moved, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
+	uint64_t st = __atomic_load_n(&vmap_pte_of(r, p.head)->tag, __ATOMIC_ACQUIRE);
+	/* MREMAP_DONTUNMAP keeps the old range mapped until it is cut (no hole
+	 * in the arena for another thread's mmap to land in).  But it unlocks
+	 * the whole kernel VMA the pages leave, pages not moved included (Linux
+	 * 6.18), and the arena's VMAs are not the program's: locked pages are
+	 * moved the plain way, and the hole they leave is filled at once. */
+	int how = MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP;
+	bool locked = locked_in(r, p.head, st, a, moved);
+	if (locked)
+		how &= ~MREMAP_DONTUNMAP;
+	void *m = vmap_os_mremap(old, moved, moved, how, q);
+	if (!vmap_os_is_err(m) && !(how & MREMAP_DONTUNMAP))
+		vmap_os_map_fresh(old, moved);
 	if (vmap_os_is_err(m)) {
-		/* Kernels without MREMAP_DONTUNMAP, or a failure near the VMA
-		 * limit that may have unmapped part of q: map q again, then copy. */
-		if (vmap_os_map_fresh(q, moved))
+		/* Kernels without MREMAP_DONTUNMAP (or, before 6.17, a range of
+		 * several VMAs), or a failure near the VMA limit that may have
+		 * unmapped part of q: map q again, then copy (the program may have
+		 * made the old pages unreadable: they are reset after). */
+		if (vmap_os_map_fresh(q, moved)) {
+			bool any = false;
+			walk((uintptr_t)q, (uintptr_t)q + nl, unmap_piece, &any); /* give q back */
 			return (void *)(intptr_t)-ENOMEM;
+		}
+		if (st & VMAP_TAG_ATTR)
+			vmap_os_mprotect(old, moved, PROT_READ | PROT_WRITE);
 		memcpy(q, old, moved);
 	}
+	/* The moved pages carry their VMAs' attributes; copied or added pages
+	 * are given them. */
+	inherit_attrs(r, st, p.head, a, moved, (uintptr_t)q, nl, vmap_os_is_err(m) ? 0 : moved);
 	if (!(flags & MREMAP_DONTUNMAP)) {
 		struct piece cur = piece_at(r, a);
 		cut_mapped(r, &cur, a, a + ol);
-	} else if (vmap_os_is_err(m)) {
-		memset(old, 0, moved); /* DONTUNMAP: the old range reads zero */
+	} else if (locked || vmap_os_is_err(m)) {
+		/* The program's DONTUNMAP: the old range stays, reads zero and keeps
+		 * its attributes (it was refilled fresh, or copied from) — but the
+		 * kernel unlocks the whole VMAs the locked pages left. */
+		if (vmap_os_is_err(m))
+			memset(old, 0, moved);
+		if (locked)
+			unlock_vmas(r, p.head, a, a + moved);
+		if (st & VMAP_TAG_ATTR)
+			realize_range(r, p.head,
+				      __atomic_load_n(&vmap_pte_of(r, p.head)->tag, __ATOMIC_ACQUIRE),
+				      a, a + moved);
 	}
 	return q;
 }

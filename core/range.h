@@ -56,7 +56,7 @@ void vmap_range_check(void);
  * an overflow of user data cannot reach it).  Only "head" pages carry a tag:
  *
  *   tag = state:4 | zero:1 | big:1 | advised:1 | guarded:1 | shard:8 |
- *         mmap:1 | attr:1 | spare:6 | pages:40
+ *         mmap:1 | attr:1 | protected:1 | spare:1 | segs:1 | vma:13 | pages:30
  *
  *   LIVE       start of a block the program owns
  *   CACHED     start of a freed area held resident in a pool
@@ -71,6 +71,13 @@ void vmap_range_check(void);
  * prev and stamp: the allocation profile (profile.c) keeps the block's site
  * there (prev has bit 63 set then, which no link has), writing them after
  * the block is published live and clearing prev before it is freed.
+ *
+ * A live served mapping (MMAP) also mirrors the kernel VMAs the program would
+ * see there (mmap.c): `vma` holds the attributes that mprotect, madvise and
+ * mlock gave its first page (0: as mmap() made it), and when `segs` is set
+ * the stamp of every other page of the area holds that page's (the area was
+ * split; an interior entry is otherwise unused while the area is live).
+ * Pages are at most 2^30 per area: a region is at most 1 TiB (2^28 pages).
  */
 struct vmap_pte {
 	uint64_t tag;
@@ -94,6 +101,9 @@ enum {
 #define VMAP_TAG_MMAP (1ull << 47) /* a live area the program got from mmap() */
 #define VMAP_TAG_ATTR (1ull << 46) /* the program changed its protection/advice/lock */
 #define VMAP_TAG_PROTECTED (1ull << 45)
+#define VMAP_TAG_SEGS (1ull << 43) /* a live MMAP area whose pages differ in attributes */
+#define VMAP_TAG_VMA_SHIFT 30
+#define VMAP_TAG_VMA (0x1fffull << VMAP_TAG_VMA_SHIFT) /* attributes of the first page */
 
 /* The state of a free run: known zero (fresh, or purged with MADV_DONTNEED),
  * dirty (freed, resident, counted as cached, to be purged), advised
@@ -118,7 +128,7 @@ static inline unsigned vmap_tag_run_state(uint64_t t)
 	       : (t & VMAP_TAG_ADVISED) ? VMAP_RUN_ADVISED
 					: VMAP_RUN_DIRTY;
 }
-#define VMAP_TAG_PAGES ((1ull << 40) - 1)
+#define VMAP_TAG_PAGES ((1ull << 30) - 1)
 
 static inline unsigned vmap_tag_state(uint64_t t) { return (unsigned)(t >> 60); }
 static inline uint64_t vmap_tag_pages(uint64_t t) { return t & VMAP_TAG_PAGES; }

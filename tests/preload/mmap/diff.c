@@ -1819,6 +1819,243 @@ static void c_mremap_span_two_vmas(void)
     un("unmap", a, 4 * PG);
 }
 
+/*
+ * The program's VMAs inside one mapping: mprotect, madvise and mlock of part
+ * of it split it where they change something, and calls that make the parts
+ * equal again merge them; mremap resizes one VMA only.
+ */
+static void c_mremap_split_merged(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 200);
+    NEED(a);
+    mp("pages 2-3 read-only", AT(a, 2), 2 * PG, PROT_READ);
+    mp("pages 2-3 read-write again (merged)", AT(a, 2), 2 * PG, RW);
+    char *p = mr_free("grow 4 to 8 pages, MAYMOVE", a, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 200);
+    zero("grown part", p, 4, 4);
+    probe("after", p, 8);
+    un("unmap", p, 8 * PG);
+}
+
+static void c_mremap_split_same_prot(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 201);
+    NEED(a);
+    mp("pages 1-2 read-write (no change: no split)", AT(a, 1), 2 * PG, RW);
+    char *p = mr_free("grow 4 to 8 pages, MAYMOVE", a, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 201);
+    un("unmap", p, 8 * PG);
+    char *b = mapfilled("map 4 pages", 4, 202);
+    NEED(b);
+    mp("all read-only", b, 4 * PG, PROT_READ);
+    mp("pages 1-2 read-only (no change)", AT(b, 1), 2 * PG, PROT_READ);
+    p = mr_free("grow 4 to 8 pages, MAYMOVE", b, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 202);
+    probe("grown part read-only too", p, 8);
+    un("unmap", p, 8 * PG);
+}
+
+static void c_mremap_split_shrink(void)
+{
+    char *a = mapfilled("map 6 pages", 6, 203);
+    NEED(a);
+    mp("pages 2-3 read-only", AT(a, 2), 2 * PG, PROT_READ);
+    mr("same size across three VMAs", a, 6 * PG, 6 * PG, 0, NULL);
+    mr("same size across, MAYMOVE", a, 6 * PG, 6 * PG, MREMAP_MAYMOVE, NULL);
+    mr("DONTUNMAP across", a, 6 * PG, 6 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    mr("grow pages 0-2 across", a, 3 * PG, 4 * PG, MREMAP_MAYMOVE, NULL);
+    mr("shrink across to 3 pages", a, 6 * PG, 3 * PG, 0, NULL);
+    probe("after shrink", a, 6);
+    mr("grow the read-only page in place", AT(a, 2), PG, 2 * PG, 0, NULL);
+    probe("after grow", a, 6);
+    content("pages 0-2 kept", a, 0, 3, 203);
+    zero("grown page", a, 3, 1);
+    un("unmap", a, 4 * PG);
+}
+
+static void c_mremap_split_advice(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 204);
+    NEED(a);
+    ma("DONTNEED pages 2-3 (no split)", AT(a, 2), 2 * PG, MADV_DONTNEED);
+    ma("COLD pages 1-2 (no split)", AT(a, 1), 2 * PG, 20 /* MADV_COLD */);
+    mul("munlock pages 1-2, not locked (no split)", AT(a, 1), 2 * PG);
+    ma("NORMAL pages 1-2 (no split)", AT(a, 1), 2 * PG, MADV_NORMAL);
+    char *p = mr_free("grow 4 to 8 pages", a, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    un("unmap", p, 8 * PG);
+
+    char *b = mapfilled("map 4 pages", 4, 205);
+    NEED(b);
+    ma("RANDOM pages 2-3", AT(b, 2), 2 * PG, MADV_RANDOM);
+    mr("grow across", b, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    ma("NORMAL pages 2-3 (merged)", AT(b, 2), 2 * PG, MADV_NORMAL);
+    p = mr_free("grow across", b, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 205);
+    un("unmap", p, 8 * PG);
+
+    char *c = mapfilled("map 4 pages", 4, 206);
+    NEED(c);
+    ml("mlock page 1", AT(c, 1), PG);
+    mr("grow across", c, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    mul("munlock page 1 (merged)", AT(c, 1), PG);
+    p = mr_free("grow across", c, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    un("unmap", p, 8 * PG);
+
+    char *d = mapfilled("map 4 pages", 4, 207);
+    NEED(d);
+    ma("DONTFORK pages 0-1", d, 2 * PG, MADV_DONTFORK);
+    probe("a child lacks pages 0-1", d, 4);
+    mr("grow across", d, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    ma("HUGEPAGE pages 2-3", AT(d, 2), 2 * PG, MADV_HUGEPAGE);
+    ma("DOFORK pages 0-1 (still split)", d, 2 * PG, MADV_DOFORK);
+    mr("grow across", d, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    ma("HUGEPAGE pages 0-1 (merged)", d, 2 * PG, MADV_HUGEPAGE);
+    p = mr_free("grow across", d, 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p, 0, 4, 207);
+    un("unmap", p, 8 * PG);
+}
+
+static void c_mremap_split_after_munmap(void)
+{
+    char *a = mapfilled("map 6 pages", 6, 208);
+    NEED(a);
+    mp("page 1 read-only", AT(a, 1), PG, PROT_READ);
+    un("unmap page 0", a, PG);
+    mr("grow pages 1-2 across", AT(a, 1), 2 * PG, 4 * PG, MREMAP_MAYMOVE, NULL);
+    un("unmap page 4", AT(a, 4), PG);
+    mr("grow pages 2-3 in place", AT(a, 2), 2 * PG, 3 * PG, 0, NULL);
+    probe("after", a, 6);
+    mp("page 1 read-write (merged)", AT(a, 1), PG, RW);
+    char *p = mr_free("grow pages 1-4 to 8 pages", AT(a, 1), 4 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("content", p - PG, 1, 3, 208);
+    zero("grown page", p, 3, 1);
+    un("unmap page 5", AT(a, 5), PG);
+    un("unmap", p, 8 * PG);
+}
+
+/* Linux 6.17 and later move several VMAs with MREMAP_FIXED at the same size. */
+static void c_mremap_split_fixed(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 209);
+    NEED(a);
+    char *spacer = anon("map spacer 16 pages", 16);
+    NEED(spacer);
+    mp("pages 2-3 read-only", AT(a, 2), 2 * PG, PROT_READ);
+    char *t = anon("map target 8 pages", 8);
+    NEED(t);
+    un("unmap target (now a hole)", t, 8 * PG);
+    mr("FIXED shrinking across", a, 4 * PG, 3 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+    mr("FIXED growing across", a, 4 * PG, 6 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+    probe("unchanged", a, 4);
+    char *p = mr("FIXED same size across", a, 4 * PG, 4 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+    NEED(p);
+    content("moved", t, 0, 4, 209);
+    probe("old range", a, 4);
+    probe("new range", t, 8);
+    mr("grow the moved mapping across", t, 4 * PG, 6 * PG, MREMAP_MAYMOVE, NULL);
+    mr("grow its read-only VMA in place", AT(t, 2), 2 * PG, 4 * PG, 0, NULL);
+    probe("after", t, 8);
+    p = mr("FIXED shrinking to the read-write VMA", t, 4 * PG, 2 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, a);
+    NEED(p);
+    content("moved back", a, 0, 2, 209);
+    probe("old range", t, 8);
+    probe("new range", a, 4);
+    un("unmap", a, 2 * PG);
+    un("unmap the rest", AT(t, 2), 4 * PG);
+    un("unmap spacer", spacer, 16 * PG);
+}
+
+/* A read-only VMA of a split mapping moved out: its protection goes with it,
+ * and the grown part has it too. */
+static void c_mremap_split_move(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 210);
+    NEED(a);
+    mp("pages 2-3 read-only", AT(a, 2), 2 * PG, PROT_READ);
+    char *p = mr_free("grow pages 2-3 to 6 pages, MAYMOVE", AT(a, 2), 2 * PG, 6 * PG,
+                      MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    content("moved", p - 2 * PG, 2, 2, 210);
+    zero("grown part", p, 2, 4);
+    probe("read-only, all of it", p, 6);
+    content("pages 0-1 kept", a, 0, 2, 210);
+    un("unmap", p, 6 * PG);
+    un("unmap pages 0-1", a, 2 * PG);
+}
+
+/* Part of a locked mapping moved out: the pages left stay locked (the kernel
+ * refuses MADV_DONTNEED on locked pages), and so do the moved ones. */
+static void c_mremap_locked_part(void)
+{
+    char *a = mapfilled("map 8 pages", 8, 211);
+    NEED(a);
+    ml("mlock all", a, 8 * PG);
+    char *p = mr("move pages 0-6 out, MAYMOVE grow", a, 7 * PG, 9 * PG, MREMAP_MAYMOVE, NULL);
+    NEED(p);
+    ma("DONTNEED page 7 (locked)", AT(a, 7), PG, MADV_DONTNEED);
+    ma("DONTNEED the moved pages (locked)", p, 9 * PG, MADV_DONTNEED);
+    content("moved", p, 0, 7, 211);
+    zero("grown part", p, 7, 2);
+    content("page 7 kept", a, 7, 1, 211);
+    mul("munlock page 7", AT(a, 7), PG);
+    ma("DONTNEED page 7", AT(a, 7), PG, MADV_DONTNEED);
+    un("unmap", p, 9 * PG);
+    un("unmap page 7", AT(a, 7), PG);
+}
+
+/* MREMAP_DONTUNMAP of locked pages: the kernel unlocks the whole VMA they
+ * leave (pages 1-4 here), not the read-only locked VMA next to it. */
+static void c_mremap_dontunmap_locked(void)
+{
+    char *a = mapfilled("map 8 pages", 8, 212);
+    NEED(a);
+    ml("mlock pages 1-6", AT(a, 1), 6 * PG);
+    mp("pages 5-6 read-only", AT(a, 5), 2 * PG, PROT_READ);
+    char *p = mr("DONTUNMAP pages 2-3", AT(a, 2), 2 * PG, 2 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    NEED(p);
+    content("moved", p - 2 * PG, 2, 2, 212);
+    zero("old pages read zero", a, 2, 2);
+    probe("old range", a, 8);
+    ma("DONTNEED page 1 (unlocked now)", AT(a, 1), PG, MADV_DONTNEED);
+    ma("DONTNEED page 4 (unlocked now)", AT(a, 4), PG, MADV_DONTNEED);
+    ma("DONTNEED page 5 (still locked)", AT(a, 5), PG, MADV_DONTNEED);
+    ma("DONTNEED the moved pages (locked)", p, 2 * PG, MADV_DONTNEED);
+    content("page 5 kept", a, 5, 2, 212);
+    zero("page 1 zapped", a, 1, 1);
+    un("unmap", a, 8 * PG);
+    un("unmap moved", p, 2 * PG);
+}
+
+/* MREMAP_DONTUNMAP of locked pages unlocks their VMA, which stays a VMA of
+ * its own although nothing tells it from its neighbour any more (a known
+ * difference: vmapalloc mirrors only splits by differing attributes). */
+static void c_mremap_dontunmap_split(void)
+{
+    char *a = mapfilled("map 6 pages", 6, 213);
+    NEED(a);
+    ml("mlock pages 2-5", AT(a, 2), 4 * PG);
+    char *p = mr("DONTUNMAP pages 2-5", AT(a, 2), 4 * PG, 4 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    NEED(p);
+    un("unmap the moved pages", p, 4 * PG);
+    char *r = mr_free("grow all 6 pages across the split", a, 6 * PG, 8 * PG, MREMAP_MAYMOVE, NULL);
+    if (r != MAP_FAILED) {
+        un("unmap where it went", r, 8 * PG); /* the old address is gone */
+        return;
+    }
+    mr("same size across the split", a, 6 * PG, 6 * PG, 0, NULL);
+    content("pages 0-1 kept", a, 0, 2, 213);
+    zero("pages 2-5 read zero", a, 2, 4);
+    un("unmap", a, 6 * PG);
+}
+
 static void c_mremap_part_of_mapping(void)
 {
     char *a = mapfilled("map 8 pages", 8, 114);
@@ -2545,6 +2782,141 @@ static void c_random_churn(void)
       OPS, calls, bad, zero_bad, fails);
 }
 
+/*
+ * Random VMA churn: up to 8 mappings of 2..11 pages; mprotect, madvise
+ * (RANDOM, NORMAL, SEQUENTIAL, DONTFORK, DOFORK, DONTNEED), mlock and munlock
+ * of sub-ranges split and merge their VMAs, and mremap (MAYMOVE growth of the
+ * whole or a head part, shrinking, MREMAP_FIXED moves to holes at the same,
+ * a smaller or a larger size) and munmap follow them.  Every call's result is
+ * printed (no address); every 50 operations the pages of each mapping (probed
+ * from a child) and a checksum of the pages a child could write.
+ * MREMAP_DONTUNMAP is left out: see mremap-dontunmap-split.
+ */
+static void c_random_vmas(void)
+{
+    enum { MAXM = 8, OPS = 2500 };
+    static const int advice[] = { MADV_RANDOM, MADV_NORMAL, MADV_SEQUENTIAL, MADV_DONTFORK,
+                                  MADV_DOFORK, MADV_DONTNEED };
+    struct { char *a; size_t n; } m[MAXM];
+    int nm = 0;
+    uint64_t s = 0x5eed1e55ull;
+    for (int op = 0; op < OPS; op++) {
+        if (op % 50 == 0) {
+            for (int k = 0; k < nm; k++) {
+                char text[256];
+                if (probe_vec(m[k].a, m[k].n) < 0)
+                    continue;
+                rle(text, sizeof text, vecbuf, m[k].n);
+                uint64_t h = 0;
+                for (size_t i = 0; i < m[k].n; i++)
+                    h = h * 31 + (vecbuf[i] == 'w' ? csum(m[k].a, i, 1) : 0);
+                T("op %d: mapping %d: pages %s, content %016llx", op, k, text,
+                  (unsigned long long)h);
+            }
+        }
+        if (nm < 3) {
+            size_t n = 2 + rnd(&s) % 10;
+            char *a = mmap(NULL, n * PG, RW, PA, -1, 0);
+            T("op %d: map %zu -> %s", op, n, a == MAP_FAILED ? ename(errno) : "ok");
+            if (a != MAP_FAILED) {
+                fill(a, 0, n, (uint64_t)op);
+                m[nm].a = a;
+                m[nm++].n = n;
+            }
+            continue;
+        }
+        int k = (int)(rnd(&s) % (uint64_t)nm);
+        size_t n = m[k].n, lo = rnd(&s) % n, hi = lo + 1 + rnd(&s) % (n - lo);
+        char *a = m[k].a, *p;
+        int r;
+        switch (rnd(&s) % 10) {
+        case 0:
+        case 1: {
+            int prot = rnd(&s) % 3 == 0 ? PROT_READ : RW;
+            r = mprotect(AT(a, lo), (hi - lo) * PG, prot);
+            T("op %d: mprotect %d [%zu,%zu) %d -> %s", op, k, lo, hi, prot, r ? ename(errno) : "0");
+            break;
+        }
+        case 2: {
+            int adv = advice[rnd(&s) % 6];
+            r = madvise(AT(a, lo), (hi - lo) * PG, adv);
+            T("op %d: madvise %d [%zu,%zu) %d -> %s", op, k, lo, hi, adv, r ? ename(errno) : "0");
+            break;
+        }
+        case 3: {
+            int lock = (int)(rnd(&s) % 2);
+            r = lock ? mlock(AT(a, lo), (hi - lo) * PG) : munlock(AT(a, lo), (hi - lo) * PG);
+            T("op %d: %s %d [%zu,%zu) -> %s", op, lock ? "mlock" : "munlock", k, lo, hi,
+              r ? ename(errno) : "0");
+            break;
+        }
+        case 4:
+        case 5: {
+            size_t len = rnd(&s) % 2 ? n : hi, more = 1 + rnd(&s) % 4;
+            p = mremap(a, len * PG, (len + more) * PG, MREMAP_MAYMOVE);
+            T("op %d: mremap %d grow [0,%zu) by %zu -> %s", op, k, len, more,
+              p == MAP_FAILED ? ename(errno) : "ok");
+            if (p == MAP_FAILED)
+                break;
+            if (len < n && nm < MAXM) {
+                m[nm].a = AT(a, len); /* the rest stays where it was */
+                m[nm++].n = n - len;
+            } else if (len < n) {
+                munmap(AT(a, len), (n - len) * PG);
+            }
+            m[k].a = p;
+            m[k].n = len + more;
+            break;
+        }
+        case 6: {
+            size_t nn = 1 + rnd(&s) % n;
+            p = mremap(a, n * PG, nn * PG, 0);
+            T("op %d: mremap %d shrink %zu to %zu -> %s", op, k, n, nn,
+              p == MAP_FAILED ? ename(errno) : "ok");
+            if (p != MAP_FAILED)
+                m[k].n = nn;
+            break;
+        }
+        case 7: {
+            unsigned how = (unsigned)(rnd(&s) % 3);
+            size_t nn = how == 0 ? n : how == 1 ? n - 1 + (n == 1) : n + 1 + rnd(&s) % 3;
+            char *h = mmap(NULL, (nn + 2) * PG, RW, PA, -1, 0);
+            if (h == MAP_FAILED)
+                break;
+            munmap(h, (nn + 2) * PG);
+            p = mremap(a, n * PG, nn * PG, MREMAP_MAYMOVE | MREMAP_FIXED, AT(h, 1));
+            T("op %d: mremap %d fixed %zu to %zu -> %s", op, k, n, nn,
+              p == MAP_FAILED ? ename(errno) : "ok");
+            if (p != MAP_FAILED) {
+                m[k].a = p;
+                m[k].n = nn;
+            }
+            break;
+        }
+        case 8:
+            r = munmap(a, n * PG);
+            T("op %d: munmap %d -> %s", op, k, r ? ename(errno) : "0");
+            m[k] = m[--nm];
+            break;
+        default:
+            if (lo == 0 || hi == n)
+                break;
+            r = munmap(AT(a, lo), (hi - lo) * PG);
+            T("op %d: munmap %d [%zu,%zu) -> %s", op, k, lo, hi, r ? ename(errno) : "0");
+            if (nm < MAXM) {
+                m[nm].a = AT(a, hi);
+                m[nm++].n = n - hi;
+            } else {
+                munmap(AT(a, hi), (n - hi) * PG);
+            }
+            m[k].n = lo;
+            break;
+        }
+    }
+    for (int k = 0; k < nm; k++)
+        munmap(m[k].a, m[k].n * PG);
+}
+
 struct churn_arg { int id; int errors; int fails; };
 
 static void *churn_thread(void *arg)
@@ -2980,6 +3352,16 @@ static const struct tcase cases[] = {
     C("mremap-dontunmap-fixed", c_mremap_dontunmap_fixed, "DONTUNMAP|FIXED to a hole"),
     C("mremap-errors", c_mremap_errors, "bad flags, old_len 0, FIXED w/o MAYMOVE, overlap, unaligned, DONTUNMAP misuse, new_len 0, huge"),
     C("mremap-span-two-vmas", c_mremap_span_two_vmas, "old range spans two VMAs -> EFAULT"),
+    C("mremap-split-merged", c_mremap_split_merged, "mprotect split, then back: merged, grows across"),
+    C("mremap-split-same-prot", c_mremap_split_same_prot, "mprotect of part to the protection it has: no split; grown part keeps READ"),
+    C("mremap-split-shrink", c_mremap_split_shrink, "split mapping: same size and shrink across ok, grow and DONTUNMAP across EFAULT, a VMA grows alone"),
+    C("mremap-split-advice", c_mremap_split_advice, "DONTNEED/COLD/NORMAL/munlock: no split; RANDOM, mlock, DONTFORK, HUGEPAGE split until merged"),
+    C("mremap-split-after-munmap", c_mremap_split_after_munmap, "split mapping with its head unmapped: the pieces keep their VMAs"),
+    C("mremap-split-fixed", c_mremap_split_fixed, "MREMAP_FIXED of a split mapping: same size moves both VMAs, resizing across EFAULT"),
+    C("mremap-locked-part", c_mremap_locked_part, "pages 0-6 of a locked mapping moved out: page 7 and the moved pages stay locked"),
+    C("mremap-dontunmap-locked", c_mremap_dontunmap_locked, "DONTUNMAP of locked pages unlocks their whole VMA, not the next one"),
+    C("mremap-dontunmap-split", c_mremap_dontunmap_split, "DONTUNMAP of locked pages: their unlocked VMA stays split, growing across -> EFAULT"),
+    C("mremap-split-move", c_mremap_split_move, "the read-only VMA of a split mapping grown with MAYMOVE: read-only all over"),
     C("mremap-part-of-mapping", c_mremap_part_of_mapping, "move pages 2-3 out of an 8-page mapping"),
     C("mremap-chain", c_mremap_chain, "grow, shrink, grow again: content follows"),
     C("mremap-shared-anon", c_mremap_shared_anon, "shared anonymous grow; old_len 0 duplicates it"),
@@ -3025,6 +3407,7 @@ static const struct tcase cases[] = {
     C("reuse-dontunmap", c_reuse_dontunmap, "moved with DONTUNMAP, both unmapped"),
     /* realistic */
     C("cpython-arenas", c_cpython_arenas, "256 KiB arenas mapped/unmapped in random order, 500 cycles, content checks"),
+    C("random-vmas", c_random_vmas, "2500 random mprotect/madvise/mlock of parts, mremap grow/shrink/FIXED, munmap: results, pages, contents"),
     C("random-churn", c_random_churn, "3000 random map/unmap/partial/mremap/mprotect operations with checks"),
     C("threads-churn", c_threads_churn, "4 threads x 300 map/fill/partial-unmap/unmap cycles"),
 };
