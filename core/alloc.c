@@ -242,9 +242,12 @@ static inline void count(enum vmap_stat s)
 
 /* ---- small backend ------------------------------------------------------ */
 
+static void *small_refused(size_t size);
+
 static inline void *small_malloc(size_t size)
 {
-	return vmap_libc.malloc ? vmap_libc.malloc(size) : NULL;
+	void *p = vmap_libc.malloc ? vmap_libc.malloc(size) : NULL;
+	return __builtin_expect(p != NULL, 1) ? p : small_refused(size);
 }
 
 static inline void small_free(void *p)
@@ -447,6 +450,22 @@ __attribute__((noinline, cold)) static void prof_free(void *p, int owned)
 }
 
 /* ---- the malloc family ---------------------------------------------------- */
+
+/* glibc refused a small block: its heap cannot grow.  Typically RLIMIT_AS was
+ * lowered below VmSize, which holds the arena's reservation, and the kernel
+ * now refuses every new mapping while the arena still has room under the
+ * limit (F1): the arena serves it, one page and its guard.  free, realloc
+ * and malloc_usable_size find it by its address, like any arena block. */
+__attribute__((noinline, cold)) static void *small_refused(size_t size)
+{
+	if (!vmap_range_enabled() || vmap_reentered())
+		return NULL;
+	bool zero;
+	vmap_depth_enter();
+	void *p = vmap_range_alloc(size ? size : 1, SMALL_ALIGN, &zero);
+	vmap_depth_leave();
+	return p;
+}
 
 static bool is_large(size_t size)
 {
