@@ -178,11 +178,10 @@ static uint64_t proc_vsize(void)
  * the reserved space no shard has claimed, and that is what a claim must fit
  * under.  A new region grows VmSize itself: it must fit in the kernel's
  * terms, and leave a quarter of the limit (as_headroom) to what is not the
- * arena —
- * glibc's fallback for requests the arena refuses, thread stacks, the
- * program's other mappings — instead of filling the limit region by region
- * and leaving glibc nothing (F2).  Claims need no headroom: they do not grow
- * VmSize, so they take nothing the kernel could give anyone else.
+ * arena — glibc's fallback for requests the arena refuses, thread stacks,
+ * the program's other mappings — instead of filling the limit region by
+ * region and leaving glibc nothing (F2).  Claims need no headroom: they do
+ * not grow VmSize, so they take nothing the kernel could give anyone else.
  *
  * Read at every claim (once per 64 MiB of address space, global lock held):
  * one prlimit64 when the limit is infinite; with a finite one, open, read
