@@ -213,7 +213,7 @@ __attribute__((noinline, cold)) static void thread_first_call(void)
 	 * thread inherits it: any thread getting here is another thread (no
 	 * gettid/getpid pair needed, bench/counter: 200-250 ns per thread). */
 	vmap_tls_seen = true;
-	vmap_threads_seen = true;
+	__atomic_store_n(&vmap_threads_seen, true, __ATOMIC_RELAXED); /* every new thread: same value */
 	if (vmap_opt.counter != VMAP_COUNTER_ATOMIC)
 		vmap_counter_go_percpu();
 	/* A non-NULL value makes the key's destructor run at thread exit;
@@ -868,7 +868,7 @@ static void fork_prepare(void)
 	 * Re-entered with other threads: the interrupted code holds locks we
 	 * cannot name; taking none leaves the child those the other threads
 	 * hold — glibc's own malloc has the same limit there. */
-	fork_locked = vmap_threads_seen && !vmap_reentered();
+	fork_locked = __atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED) && !vmap_reentered();
 	/* From here to fork_parent/fork_child this thread counts as re-entered:
 	 * the prepare handlers registered before ours run after it, and the
 	 * parent/child ones registered before ours run before them; when they

@@ -363,6 +363,15 @@ struct vmap_shard *vmap_shard_here(unsigned *cpu)
 
 /* ---- free runs (shard lock held) -------------------------------------- */
 
+/* shard->cached_bytes and pool[].count are written under the shard lock and
+ * read without it as hints (purge.c collect, the pool checks before taking
+ * the lock): relaxed atomic stores, plain moves on x86-64 and arm64, so that
+ * those reads are not data races. */
+static inline void cached_add(struct vmap_shard *s, uint64_t d)
+{
+	__atomic_store_n(&s->cached_bytes, s->cached_bytes + d, __ATOMIC_RELAXED);
+}
+
 static inline unsigned bin_of(uint64_t pages)
 {
 	unsigned b = log2_floor(pages);
@@ -422,7 +431,7 @@ void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t 
 	bin_push(s, li, e, a, pages);
 	s->free_pages[li] += pages;
 	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
-		s->cached_bytes += pages << VMAP_PAGE_SHIFT;
+		cached_add(s, pages << VMAP_PAGE_SHIFT);
 }
 
 /* Unfiles a free run and clears its tags. */
@@ -437,7 +446,7 @@ void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 		__atomic_store_n(&e[pages - 1].tag, 0, __ATOMIC_RELAXED);
 	s->free_pages[li] -= pages;
 	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
-		s->cached_bytes -= pages << VMAP_PAGE_SHIFT;
+		cached_add(s, -(pages << VMAP_PAGE_SHIFT));
 }
 
 /* Runs merge only within one shard, one kind, and one state. */
@@ -452,7 +461,9 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 {
 	struct vmap_region *r = vmap_region_of(start);
 	struct vmap_pte *e = vmap_pte_of(r, start);
-	e->tag = 0;
+	/* Atomic: another shard's insert may read it as its run's right
+	 * neighbour (never mergeable: another shard's). */
+	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
 	/* Merge with a free run that ends just before us. */
 	if (start > r->base) {
 		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
@@ -660,9 +671,9 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 	else
 		p->tail = a;
 	p->head = a;
-	p->count++;
+	__atomic_store_n(&p->count, p->count + 1, __ATOMIC_RELAXED);
 	s->pool_mask[pages >> 6] |= 1ull << (pages & 63);
-	s->cached_bytes += pages << VMAP_PAGE_SHIFT;
+	cached_add(s, pages << VMAP_PAGE_SHIFT);
 }
 
 void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
@@ -677,9 +688,10 @@ void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
 		vmap_pte_of(vmap_region_of(e->next), e->next)->prev = e->prev;
 	else
 		p->tail = e->prev;
-	if (!--p->count)
+	__atomic_store_n(&p->count, p->count - 1, __ATOMIC_RELAXED);
+	if (!p->count)
 		s->pool_mask[cls >> 6] &= ~(1ull << (cls & 63));
-	s->cached_bytes -= vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT;
+	cached_add(s, -(vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT));
 }
 
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
@@ -836,7 +848,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	}
 	if (!a && pages <= vmap_pool_exact) {
 		from = VMAP_STAT_cached_bytes;
-		if (s->pool[pages].count) {
+		if (__atomic_load_n(&s->pool[pages].count, __ATOMIC_RELAXED)) { /* a hint */
 			/* Aligned requests take the pool head only if it happens to
 			 * be aligned (the kernel's vmap pools do the same). */
 			vmap_shard_lock(s);
@@ -872,7 +884,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, usable);
 	note_peak();
 #ifdef VMAP_DEBUG
-	if (!vmap_threads_seen) /* the model walk is for one thread only */
+	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
 		vmap_range_check();
 #endif
 	return p;
@@ -984,7 +996,7 @@ void vmap_range_free(void *p, const char *who)
 	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
 	vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, bytes);
 #ifdef VMAP_DEBUG
-	if (!vmap_threads_seen) /* the model walk is for one thread only */
+	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
 		vmap_range_check();
 #endif
 	vmap_purge_maybe(now);
@@ -1022,7 +1034,9 @@ bool vmap_range_resize(void *p, size_t size)
 	vmap_shard_lock(s);
 	if (end < r->base + r->size) {
 		struct vmap_pte *re = vmap_pte_of(r, end);
-		uint64_t rt = re->tag, rp = vmap_tag_pages(rt);
+		/* Atomic: a free of the neighbour CASes LIVE to CACHED without
+		 * the lock (either value is not FREE: the same decision). */
+		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED), rp = vmap_tag_pages(rt);
 		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
 		    !!(rt & VMAP_TAG_BIG) == big && pages + rp >= want) {
 			uint64_t stamp = re->stamp;
