@@ -64,19 +64,26 @@ __attribute__((noinline, cold)) static void resolve(void)
 	__atomic_store_n(&real_dlopen, (dlopen_fn *)o, __ATOMIC_RELEASE);
 }
 
-__attribute__((noinline, cold)) static int clear_deepbind(const char *file, int flags)
+__attribute__((noinline, cold)) static int clear_deepbind(const char *call, const char *file,
+							   int flags)
 {
-	if (!__atomic_exchange_n(&deepbind_said, 1, __ATOMIC_RELAXED))
-		vmap_say("dlopen(", file ? file : "NULL",
-			 ", RTLD_DEEPBIND): flag cleared, so that the library's malloc and free are "
-			 "vmapalloc's (its symbols now bind like a plain dlopen's; said once)");
+	if (!__atomic_exchange_n(&deepbind_said, 1, __ATOMIC_RELAXED)) {
+		VMAP_BUF(out, 2, 512);
+		vmap_buf_str(&out, "vmapalloc: ");
+		vmap_buf_str(&out, call);
+		vmap_buf_str(&out, file ? file : "NULL");
+		vmap_buf_str(&out, ", RTLD_DEEPBIND): flag cleared, so that the library's malloc and "
+				   "free are vmapalloc's (its symbols now bind like a plain dlopen's; "
+				   "said once)\n");
+		vmap_buf_flush(&out);
+	}
 	return flags & ~RTLD_DEEPBIND;
 }
 
 EXPORT void *dlopen(const char *file, int flags)
 {
 	if (__builtin_expect(flags & RTLD_DEEPBIND, 0))
-		flags = clear_deepbind(file, flags);
+		flags = clear_deepbind("dlopen(", file, flags);
 	dlopen_fn *f = __atomic_load_n(&real_dlopen, __ATOMIC_ACQUIRE);
 	if (__builtin_expect(!f, 0)) {
 		resolve();
@@ -89,7 +96,7 @@ EXPORT void *dlopen(const char *file, int flags)
 EXPORT void *dlmopen(Lmid_t lmid, const char *file, int flags)
 {
 	if (__builtin_expect((flags & RTLD_DEEPBIND) && lmid == LM_ID_BASE, 0))
-		flags = clear_deepbind(file, flags);
+		flags = clear_deepbind("dlmopen(LM_ID_BASE, ", file, flags);
 	dlmopen_fn *f = __atomic_load_n(&real_dlmopen, __ATOMIC_ACQUIRE);
 	if (__builtin_expect(!f, 0)) {
 		resolve();
