@@ -226,7 +226,7 @@ __attribute__((noinline, cold)) static void thread_first_call(void)
 	 * thread inherits it: any thread getting here is another thread (no
 	 * gettid/getpid pair needed, bench/counter: 200-250 ns per thread). */
 	vmap_tls_seen = true;
-	vmap_threads_seen = true;
+	__atomic_store_n(&vmap_threads_seen, true, __ATOMIC_RELAXED); /* every new thread: same value */
 	if (vmap_opt.counter != VMAP_COUNTER_ATOMIC)
 		vmap_counter_go_percpu();
 	/* A non-NULL value makes the key's destructor run at thread exit;
@@ -274,6 +274,8 @@ static inline void count2(enum vmap_stat a, enum vmap_stat b)
 
 /* ---- small backend ------------------------------------------------------ */
 
+static void *small_refused(size_t size);
+
 /*
  * VMAPALLOC_BACKEND=auto: small requests go to glibc until one thread has made
  * AUTO_AFTER of them, then to the builtin slabs, for every thread.  A short
@@ -311,7 +313,8 @@ static inline void *small_malloc(size_t size)
 		if (__builtin_expect(p != NULL, 1))
 			return p;
 	}
-	return vmap_libc.malloc ? vmap_libc.malloc(size) : NULL; /* or no slab could be had */
+	void *p = vmap_libc.malloc ? vmap_libc.malloc(size) : NULL; /* or no slab could be had */
+	return __builtin_expect(p != NULL, 1) ? p : small_refused(size);
 }
 
 static void *small_memalign(size_t align, size_t size)
@@ -539,6 +542,22 @@ __attribute__((noinline, cold)) static void prof_free(void *p, int owned)
 }
 
 /* ---- the malloc family ---------------------------------------------------- */
+
+/* glibc refused a small block: its heap cannot grow.  Typically RLIMIT_AS was
+ * lowered below VmSize, which holds the arena's reservation, and the kernel
+ * now refuses every new mapping while the arena still has room under the
+ * limit (F1): the arena serves it, one page and its guard.  free, realloc
+ * and malloc_usable_size find it by its address, like any arena block. */
+__attribute__((noinline, cold)) static void *small_refused(size_t size)
+{
+	if (!vmap_range_enabled() || vmap_reentered())
+		return NULL;
+	bool zero;
+	vmap_depth_enter();
+	void *p = vmap_range_alloc(size ? size : 1, SMALL_ALIGN, &zero);
+	vmap_depth_leave();
+	return p;
+}
 
 static bool is_large(size_t size)
 {
@@ -977,7 +996,7 @@ static void fork_prepare(void)
 	 * Re-entered with other threads: the interrupted code holds locks we
 	 * cannot name; taking none leaves the child those the other threads
 	 * hold — glibc's own malloc has the same limit there. */
-	fork_locked = vmap_threads_seen && !vmap_reentered();
+	fork_locked = __atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED) && !vmap_reentered();
 	/* From here to fork_parent/fork_child this thread counts as re-entered:
 	 * the prepare handlers registered before ours run after it, and the
 	 * parent/child ones registered before ours run before them; when they

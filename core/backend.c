@@ -10,9 +10,13 @@
  * this library exports the same names (__libc_malloc, malloc_usable_size...).
  *
  * The same lookup serves profile.c for libunwind, which it dlopen()s (from
- * the library's constructor, never inside malloc) only when it profiles.
+ * the library's constructor, never inside malloc) only when it profiles, and
+ * preload/dlfcn.c for glibc's dlopen/dlmopen, asked for by version
+ * (GLIBC_2.34: the version under which glibc moved them into libc.so.6) so
+ * that a libc.so.6 without them is told apart from one that has them.
  *
- * Called by: alloc.c (init), profile.c (vmap_elf_symbol).
+ * Called by: alloc.c (init), profile.c (vmap_elf_symbol), preload/dlfcn.c
+ * (vmap_elf_symbol_version).
  */
 #include "backend.h"
 
@@ -32,6 +36,7 @@ struct elf_tables {
 	const char *strtab;
 	const uint32_t *gnu_hash;
 	const ElfW(Half) *versym;
+	const ElfW(Verdef) *verdef;
 };
 
 static bool str_eq(const char *a, const char *b)
@@ -71,6 +76,7 @@ static int find_object(struct dl_phdr_info *info, size_t size, void *data)
 			case DT_STRTAB: t->strtab = (const void *)v; break;
 			case DT_GNU_HASH: t->gnu_hash = (const void *)v; break;
 			case DT_VERSYM: t->versym = (const void *)v; break;
+			case DT_VERDEF: t->verdef = (const void *)v; break;
 			}
 		}
 		t->base = info->dlpi_addr;
@@ -87,7 +93,25 @@ static uint32_t gnu_hash(const char *s)
 	return h;
 }
 
-static void *lookup(const struct elf_tables *t, const char *name)
+/* Is version index ndx (hidden bit cleared) the version named `want`? */
+static bool version_is(const struct elf_tables *t, ElfW(Half) ndx, const char *want)
+{
+	const ElfW(Verdef) *d = t->verdef;
+	while (d) {
+		if (d->vd_ndx == ndx) {
+			const ElfW(Verdaux) *a = (const void *)((const char *)d + d->vd_aux);
+			return str_eq(want, t->strtab + a->vda_name);
+		}
+		if (!d->vd_next)
+			break;
+		d = (const void *)((const char *)d + d->vd_next);
+	}
+	return false;
+}
+
+/* The definition of `name`: of version `version` (hidden or default), or the
+ * default (non-hidden) one when version is NULL. */
+static void *lookup_version(const struct elf_tables *t, const char *name, const char *version)
 {
 	const uint32_t *ht = t->gnu_hash;
 	uint32_t nbuckets = ht[0], symoffset = ht[1], bloom_size = ht[2];
@@ -103,11 +127,18 @@ static void *lookup(const struct elf_tables *t, const char *name)
 		const ElfW(Sym) *sym = &t->symtab[idx];
 		if ((h | 1) == (h2 | 1) && sym->st_shndx != SHN_UNDEF &&
 		    str_eq(name, t->strtab + sym->st_name) &&
-		    (!t->versym || !(t->versym[idx] & 0x8000)))
+		    (version ? t->versym && t->verdef &&
+				       version_is(t, t->versym[idx] & 0x7fff, version)
+			     : !t->versym || !(t->versym[idx] & 0x8000)))
 			return (void *)(t->base + sym->st_value);
 		if (h2 & 1)
 			return NULL;
 	}
+}
+
+static void *lookup(const struct elf_tables *t, const char *name)
+{
+	return lookup_version(t, name, NULL);
 }
 
 static bool find(const char *object, struct elf_tables *t)
@@ -120,6 +151,12 @@ void *vmap_elf_symbol(const char *object, const char *name)
 {
 	struct elf_tables t;
 	return find(object, &t) ? lookup(&t, name) : NULL;
+}
+
+void *vmap_elf_symbol_version(const char *object, const char *name, const char *version)
+{
+	struct elf_tables t;
+	return find(object, &t) ? lookup_version(&t, name, version) : NULL;
 }
 
 int vmap_backend_init(void)

@@ -37,5 +37,7 @@ int vmap_backend_init(void);
  * with its GNU hash table as for glibc; NULL if either is not there.  For
  * profile.c, which loads libunwind only when it profiles. */
 void *vmap_elf_symbol(const char *object, const char *name);
+/* The same, for the definition of exactly that version ("GLIBC_2.34"). */
+void *vmap_elf_symbol_version(const char *object, const char *name, const char *version);
 
 #endif

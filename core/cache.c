@@ -187,7 +187,7 @@ uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages)
 	/* This thread runs on s now: frees of s's areas may stay in the cache.
 	 * (A hint only: a stale home after a migration costs nothing wrong.) */
 	tc->home = (int)s->id;
-	if (!s->pool[pages].count)
+	if (!__atomic_load_n(&s->pool[pages].count, __ATOMIC_RELAXED)) /* a hint */
 		return 0;
 	/* Half the capacity from this shard's pool, one lock hold. */
 	uintptr_t *slot = &tc->slot[cache_off[pages]];

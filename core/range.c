@@ -34,6 +34,9 @@
  *    MADV_HUGEPAGE) so transparent huge pages can back them; small areas never
  *    share a chunk with them, so THP cannot inflate small blocks.
  *  - No shard lock is held across a system call.
+ *  - Under a finite RLIMIT_AS, a claim of chunks keeps VmSize less the
+ *    unclaimed reservation (vmap_unclaimed) within the limit, and a new
+ *    region leaves a quarter of the limit outside the arena (as_room).
  *
  * Locks: shard->lock (rank SHARD) protects the shard's pools, bins and the
  * tags of its areas; vmap_global_lock (rank GLOBAL) protects the chunk maps
@@ -82,6 +85,15 @@ static struct vmap_lock vmap_global_lock = VMAP_LOCK_INIT;
 uint64_t vmap_pool_exact;
 static size_t vmap_reserve_size;
 static size_t vmap_shards_bytes;
+/* Arena address space no shard has claimed (global lock): reserved, so in
+ * VmSize, but not in use by the program (see as_room). */
+static uint64_t vmap_unclaimed;
+
+static void unclaimed_add(unsigned cpu, int64_t d)
+{
+	vmap_unclaimed += (uint64_t)d;
+	vmap_stat_add_cpu(cpu, VMAP_STAT_unclaimed_bytes, d);
+}
 
 #define REGION_FLOOR ((size_t)256 << 20)
 
@@ -136,9 +148,78 @@ static int region_add(size_t want, size_t at_least)
 	__atomic_store_n(&vmap_span_hi, hi, __ATOMIC_RELEASE);
 	__atomic_store_n(&vmap_span_lo, lo, __ATOMIC_RELEASE);
 	__atomic_store_n(&vmap_nregions, vmap_nregions + 1, __ATOMIC_RELEASE);
+	unclaimed_add(0, (int64_t)size);
 	vmap_stat_add_cpu(0, VMAP_STAT_regions, 1);
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)(size + pt_bytes + owner_bytes));
 	return 0;
+}
+
+/* VmSize from /proc/self/statm (its first field, in pages), raw system
+ * calls; 0 if it cannot be read. */
+static uint64_t proc_vsize(void)
+{
+	char buf[64];
+	uint64_t pages = 0;
+	int fd = vmap_os_open("/proc/self/statm", 0, 0);
+	if (fd < 0)
+		return 0;
+	long n = vmap_os_read(fd, buf, sizeof buf - 1);
+	vmap_os_close(fd);
+	for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+		pages = pages * 10 + (uint64_t)(buf[i] - '0');
+	return pages << VMAP_PAGE_SHIFT;
+}
+
+/*
+ * RLIMIT_AS as the arena honours it (F1, F2).  The kernel charges the limit
+ * against VmSize, which holds the arena's whole reservation, made once; a
+ * limit the program lowers later would never be met, since claiming chunks
+ * inside a reservation maps nothing.  What the program uses is VmSize minus
+ * the reserved space no shard has claimed, and that is what a claim must fit
+ * under.  A new region grows VmSize itself: it must fit in the kernel's
+ * terms, and leave a quarter of the limit (as_headroom) to what is not the
+ * arena — glibc's fallback for requests the arena refuses, thread stacks,
+ * the program's other mappings — instead of filling the limit region by
+ * region and leaving glibc nothing (F2).  Claims need no headroom: they do
+ * not grow VmSize, so they take nothing the kernel could give anyone else.
+ *
+ * Read at every claim (once per 64 MiB of address space, global lock held):
+ * one prlimit64 when the limit is infinite; with a finite one, open, read
+ * and close of /proc/self/statm too.  `claim` and `reserve` are the largest
+ * claim and the largest new region that fit (UINT64_MAX: no limit).
+ */
+static uint64_t as_headroom(uint64_t limit)
+{
+	/* A quarter: what glibc must serve from it is what the arena cannot
+	 * place, typically the program's largest requests (a 1 GiB-aligned
+	 * block needs 1 GiB more than its size: under an 8 GiB limit an
+	 * eighth, 1 GiB, is not enough for it).  The same share the first
+	 * region leaves free at init (fit_reservation) the other way round:
+	 * the arena starts at a quarter of the room and grows to three. */
+	return limit / 4;
+}
+
+struct as_room {
+	uint64_t claim, reserve;
+};
+
+static struct as_room as_room_locked(void)
+{
+	uint64_t cur, max;
+	struct as_room room = {UINT64_MAX, UINT64_MAX};
+	if (vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur == UINT64_MAX)
+		return room;
+	uint64_t vsize = proc_vsize();
+	if (!vsize)
+		return room; /* no /proc: the kernel's own check only */
+	uint64_t used = vsize > vmap_unclaimed ? vsize - vmap_unclaimed : 0;
+	uint64_t cap = cur - as_headroom(cur);
+	room.claim = cur > used ? cur - used : 0;
+	/* A region of S costs S/128 more of page table, and S + one chunk
+	 * while vmap_os_reserve aligns it. */
+	uint64_t left = cap > vsize + VMAP_CHUNK ? cap - vsize - VMAP_CHUNK : 0;
+	room.reserve = (left - left / 128) & ~(uint64_t)(VMAP_CHUNK - 1);
+	return room;
 }
 
 /* Finds n free chunks in a row, marks them owned; global lock held.  Free
@@ -163,6 +244,7 @@ static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *u
 						*unadvise |= !big && r->chunk_owner[k] == VMAP_CHUNK_WAS_BIG;
 						__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
 					}
+					unclaimed_add(shard, -(int64_t)(n << VMAP_CHUNK_SHIFT));
 					return r->base + (first << VMAP_CHUNK_SHIFT);
 				}
 			}
@@ -201,6 +283,7 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	for (uintptr_t c = cs; c < ce; c += VMAP_CHUNK)
 		__atomic_store_n(&r->chunk_owner[(c - r->base) >> VMAP_CHUNK_SHIFT],
 				 (uint16_t)(big ? VMAP_CHUNK_WAS_BIG : 0), __ATOMIC_RELEASE);
+	unclaimed_add(s->id, (int64_t)(ce - cs));
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_returned, (int64_t)((ce - cs) >> VMAP_CHUNK_SHIFT));
 }
@@ -217,6 +300,7 @@ bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s)
 	if (vmap_chunk_is_free(r->chunk_owner[c])) {
 		unadvise = r->chunk_owner[c] == VMAP_CHUNK_WAS_BIG;
 		__atomic_store_n(&r->chunk_owner[c], (uint16_t)(s->id + 1), __ATOMIC_RELEASE);
+		unclaimed_add(s->id, -(int64_t)VMAP_CHUNK);
 		claimed = true;
 	}
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
@@ -235,12 +319,16 @@ static uintptr_t chunks_acquire(struct vmap_shard *s, bool big, size_t n)
 {
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
-	bool unadvise;
-	uintptr_t a = chunks_claim_locked(s->id, big, n, &unadvise);
-	if (!a) {
-		size_t want = vmap_reserve_size, need = n << VMAP_CHUNK_SHIFT;
-		if (want < need)
-			want = (need + VMAP_CHUNK - 1) & ~(VMAP_CHUNK - 1);
+	bool unadvise = false;
+	uintptr_t a = 0;
+	size_t need = n << VMAP_CHUNK_SHIFT;
+	struct as_room room = as_room_locked();
+	if (need <= room.claim)
+		a = chunks_claim_locked(s->id, big, n, &unadvise);
+	if (!a && need <= room.claim && need <= room.reserve) {
+		size_t want = vmap_reserve_size > need ? vmap_reserve_size : need;
+		if (want > room.reserve)
+			want = (size_t)room.reserve;
 		if (region_add(want, need) == 0)
 			a = chunks_claim_locked(s->id, big, n, &unadvise);
 	}
@@ -274,6 +362,15 @@ struct vmap_shard *vmap_shard_here(unsigned *cpu)
 }
 
 /* ---- free runs (shard lock held) -------------------------------------- */
+
+/* shard->cached_bytes and pool[].count are written under the shard lock and
+ * read without it as hints (purge.c collect, the pool checks before taking
+ * the lock): relaxed atomic stores, plain moves on x86-64 and arm64, so that
+ * those reads are not data races. */
+static inline void cached_add(struct vmap_shard *s, uint64_t d)
+{
+	__atomic_store_n(&s->cached_bytes, s->cached_bytes + d, __ATOMIC_RELAXED);
+}
 
 static inline unsigned bin_of(uint64_t pages)
 {
@@ -334,7 +431,7 @@ void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t 
 	bin_push(s, li, e, a, pages);
 	s->free_pages[li] += pages;
 	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
-		s->cached_bytes += pages << VMAP_PAGE_SHIFT;
+		cached_add(s, pages << VMAP_PAGE_SHIFT);
 }
 
 /* Unfiles a free run and clears its tags. */
@@ -349,7 +446,7 @@ void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 		__atomic_store_n(&e[pages - 1].tag, 0, __ATOMIC_RELAXED);
 	s->free_pages[li] -= pages;
 	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
-		s->cached_bytes -= pages << VMAP_PAGE_SHIFT;
+		cached_add(s, -(pages << VMAP_PAGE_SHIFT));
 }
 
 /* Runs merge only within one shard, one kind, and one state. */
@@ -364,7 +461,9 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 {
 	struct vmap_region *r = vmap_region_of(start);
 	struct vmap_pte *e = vmap_pte_of(r, start);
-	e->tag = 0;
+	/* Atomic: another shard's insert may read it as its run's right
+	 * neighbour (never mergeable: another shard's). */
+	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
 	/* Merge with a free run that ends just before us. */
 	if (start > r->base) {
 		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
@@ -572,9 +671,9 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 	else
 		p->tail = a;
 	p->head = a;
-	p->count++;
+	__atomic_store_n(&p->count, p->count + 1, __ATOMIC_RELAXED);
 	s->pool_mask[pages >> 6] |= 1ull << (pages & 63);
-	s->cached_bytes += pages << VMAP_PAGE_SHIFT;
+	cached_add(s, pages << VMAP_PAGE_SHIFT);
 }
 
 void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
@@ -589,9 +688,10 @@ void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
 		vmap_pte_of(vmap_region_of(e->next), e->next)->prev = e->prev;
 	else
 		p->tail = e->prev;
-	if (!--p->count)
+	__atomic_store_n(&p->count, p->count - 1, __ATOMIC_RELAXED);
+	if (!p->count)
 		s->pool_mask[cls >> 6] &= ~(1ull << (cls & 63));
-	s->cached_bytes -= vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT;
+	cached_add(s, -(vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT));
 }
 
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
@@ -748,7 +848,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	}
 	if (!a && pages <= vmap_pool_exact) {
 		from = VMAP_STAT_cached_bytes;
-		if (s->pool[pages].count) {
+		if (__atomic_load_n(&s->pool[pages].count, __ATOMIC_RELAXED)) { /* a hint */
 			/* Aligned requests take the pool head only if it happens to
 			 * be aligned (the kernel's vmap pools do the same). */
 			vmap_shard_lock(s);
@@ -784,7 +884,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, usable);
 	note_peak();
 #ifdef VMAP_DEBUG
-	if (!vmap_threads_seen) /* the model walk is for one thread only */
+	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
 		vmap_range_check();
 #endif
 	return p;
@@ -896,7 +996,7 @@ void vmap_range_free(void *p, const char *who)
 	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
 	vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, bytes);
 #ifdef VMAP_DEBUG
-	if (!vmap_threads_seen) /* the model walk is for one thread only */
+	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
 		vmap_range_check();
 #endif
 	vmap_purge_maybe(now);
@@ -934,7 +1034,9 @@ bool vmap_range_resize(void *p, size_t size)
 	vmap_shard_lock(s);
 	if (end < r->base + r->size) {
 		struct vmap_pte *re = vmap_pte_of(r, end);
-		uint64_t rt = re->tag, rp = vmap_tag_pages(rt);
+		/* Atomic: a free of the neighbour CASes LIVE to CACHED without
+		 * the lock (either value is not FREE: the same decision). */
+		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED), rp = vmap_tag_pages(rt);
 		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
 		    !!(rt & VMAP_TAG_BIG) == big && pages + rp >= want) {
 			uint64_t stamp = re->stamp;
@@ -1044,16 +1146,7 @@ static size_t fit_reservation(size_t want)
 	if (vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur == UINT64_MAX)
 		return want;
 	/* Leave the program at least three quarters of what is left. */
-	char buf[64];
-	uint64_t vsize = 0;
-	int fd = vmap_os_open("/proc/self/statm", 0, 0);
-	if (fd >= 0) {
-		long n = vmap_os_read(fd, buf, sizeof buf - 1);
-		vmap_os_close(fd);
-		for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
-			vsize = vsize * 10 + (uint64_t)(buf[i] - '0');
-		vsize <<= VMAP_PAGE_SHIFT;
-	}
+	uint64_t vsize = proc_vsize();
 	uint64_t avail = cur > vsize ? cur - vsize : 0;
 	uint64_t fit = (avail / 4) & ~(uint64_t)(VMAP_CHUNK - 1);
 	return fit < want ? (size_t)fit : want;

@@ -8,10 +8,32 @@
  *                                 everything returns NULL (or CAP_MIB of
  *                                 blocks, default 64 GiB)
  *   exhaust threads N [CAP_MIB]   N threads at once (tst-malloc-thread-fail)
- *   exhaust setrlimit HEAD_MIB    lowers RLIMIT_AS to VmSize + HEAD_MIB first,
- *                                 then fills; prints how far past the limit
- *                                 it got ("over-limit N MiB"), and with
- *                                 REL_STRICT_AS=1 fails if that is > 0
+ *   exhaust setrlimit HEAD_MIB    lowers RLIMIT_AS to the address space in
+ *                                 use + HEAD_MIB first, then fills; prints how
+ *                                 much it got past HEAD_MIB ("over-limit N
+ *                                 MiB") and the address space in use when
+ *                                 full; with REL_STRICT_AS=1 fails if that
+ *                                 exceeds the limit or the fill got more than
+ *                                 HEAD_MIB + 128 MiB.  In use = VmSize less
+ *                                 the arena's unclaimed reservation
+ *                                 (counter unclaimed_bytes): reserved once,
+ *                                 before the limit, it is in VmSize but holds
+ *                                 nothing of the program's; a limit of VmSize
+ *                                 + HEAD_MIB would give the program the whole
+ *                                 64 GiB arena more (F1)
+ *   exhaust headroom              (under a finite RLIMIT_AS, e.g. 8 GiB)
+ *                                 1 GiB-aligned blocks, small and big, on
+ *                                 both CPUs, 4 rounds, each freed at once:
+ *                                 every one succeeds, and then the kernel
+ *                                 still has 1 GiB for a mapping that is not
+ *                                 the arena's (a shared one), a thread can
+ *                                 be created, and aligned_alloc(1 GiB)
+ *                                 works on both CPUs: the arena's regions
+ *                                 leave glibc and the rest of the program
+ *                                 room (F2); run with
+ *                                 VMAPALLOC_PURGE_DELAY_MS=0 and a big
+ *                                 LAZY_MAX so freed runs stay with their
+ *                                 shard and the arena grows
  *   exhaust regions MIN           fill, and require at least MIN arena
  *                                 regions in the end (VMAPALLOC_RESERVE=256M
  *                                 makes the arena add regions)
@@ -214,8 +236,19 @@ static struct fill new_fill(uint64_t seed, size_t cap)
 	return (struct fill){.rng = seed, .cap_bytes = cap, .touch_all = t && !strcmp(t, "1")};
 }
 
+/* The address space the program uses: VmSize less the arena's reserved
+ * space no shard has claimed, the figure vmapalloc holds RLIMIT_AS against
+ * (glibc alone: VmSize). */
+static uint64_t as_used(void)
+{
+	uint64_t v = (uint64_t)rel_status_kb("VmSize:") * KiB;
+	uint64_t u = CTR("unclaimed_bytes");
+	return v > u ? v - u : 0;
+}
+
 /* Two rounds: fill, verify, free, fill again.  Returns the two byte counts. */
 static long vmas_per_gib = -1; /* VMAs the first fill added, per GiB it held */
+static uint64_t used_when_full; /* as_used() after the first fill */
 
 static void two_rounds(struct fill *f, size_t *r1, size_t *r2)
 {
@@ -228,6 +261,7 @@ static void two_rounds(struct fill *f, size_t *r1, size_t *r2)
 		CHECK(sched_setaffinity(0, sizeof set, &set) == 0, "sched_setaffinity");
 	}
 	*r1 = fill_until_null(f);
+	used_when_full = as_used();
 	long v1 = rel_vmas();
 	if (*r1 >= GiB / 4)
 		vmas_per_gib = (v1 - v0) * (long)GiB / (long)*r1;
@@ -262,6 +296,19 @@ struct thr {
 	size_t r1, r2;
 	pthread_barrier_t *bar;
 };
+
+static void pin_cpu(int c)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(c % (int)sysconf(_SC_NPROCESSORS_ONLN), &set);
+	sched_setaffinity(0, sizeof set, &set);
+}
+
+static void *thread_nop(void *arg)
+{
+	return arg;
+}
 
 static void *thread_fill(void *arg)
 {
@@ -347,9 +394,9 @@ int main(int argc, char **argv)
 		/* Settle the allocator first (arena reserved, first chunks). */
 		free(malloc(MiB));
 		free(malloc(100));
-		long vm_kb = rel_status_kb("VmSize:");
-		CHECK(vm_kb > 0, "no VmSize");
-		struct rlimit rl = {(rlim_t)vm_kb * 1024 + head, (rlim_t)vm_kb * 1024 + head};
+		uint64_t used0 = as_used();
+		CHECK(used0 > 0, "no VmSize");
+		struct rlimit rl = {(rlim_t)(used0 + head), (rlim_t)(used0 + head)};
 		CHECK(setrlimit(RLIMIT_AS, &rl) == 0, "setrlimit(RLIMIT_AS) failed: %s", strerror(errno));
 		/* Past the limit, only untouched address space: first/last bytes. */
 		struct fill f = new_fill(12345, 256 * GiB);
@@ -357,15 +404,64 @@ int main(int argc, char **argv)
 		size_t r1, r2;
 		two_rounds(&f, &r1, &r2);
 		long over = (long)(r1 >> 20) - (long)(head >> 20);
-		printf("exhaust setrlimit: RLIMIT_AS = VmSize + %zu MiB; allocated %zu MiB: over-limit %ld MiB\n",
-		       head >> 20, r1 >> 20, over > 0 ? over : 0);
+		printf("exhaust setrlimit: RLIMIT_AS = in use (%llu MiB) + %zu MiB; allocated %zu MiB: "
+		       "over-limit %ld MiB; in use when full %llu MiB\n",
+		       (unsigned long long)(used0 >> 20), head >> 20, r1 >> 20, over > 0 ? over : 0,
+		       (unsigned long long)(used_when_full >> 20));
 		report("setrlimit", r1, r2);
 		const char *strict = getenv("REL_STRICT_AS");
-		if (strict && !strcmp(strict, "1"))
-			CHECK(over <= 0, "allocations committed %ld MiB past the lowered RLIMIT_AS "
+		if (strict && !strcmp(strict, "1")) {
+			CHECK(used_when_full <= used0 + head,
+			      "address space in use %llu MiB past the lowered RLIMIT_AS (reliability.md #25)",
+			      (unsigned long long)((used_when_full - used0 - head) >> 20));
+			/* Chunks claimed before the limit may still serve: slack. */
+			CHECK(over <= 128, "allocations got %ld MiB past the lowered RLIMIT_AS "
 			      "(reliability.md #25)", over);
+		}
+	} else if (!strcmp(mode, "headroom")) {
+		static const size_t sizes[] = {1, 3 * MiB, 100 * KiB};
+		unsigned nulls = 0;
+		free(malloc(MiB)); /* the arena set up before pinning: a shard per CPU */
+		for (int round = 0; round < 4; round++)
+			for (int c = 0; c < 2; c++)
+				for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+					pin_cpu(c);
+					void *p = aligned_alloc(GiB, sizes[k]);
+					if (!p) {
+						nulls++;
+						continue;
+					}
+					memset(p, 1, sizes[k]);
+					free(p);
+				}
+		uint64_t regions = CTR("regions");
+		long vm_kb = rel_status_kb("VmSize:");
+		void *m = mmap(NULL, GiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		bool mapped = m != MAP_FAILED;
+		if (mapped)
+			munmap(m, GiB);
+		pthread_t t;
+		bool thread = pthread_create(&t, NULL, thread_nop, NULL) == 0;
+		if (thread)
+			pthread_join(t, NULL);
+		unsigned late = 0;
+		for (int c = 0; c < 2; c++) {
+			pin_cpu(c);
+			void *p = aligned_alloc(GiB, 3 * MiB);
+			late += p == NULL;
+			free(p);
+		}
+		printf("exhaust headroom: %u of 24 aligned_alloc(1 GiB) NULL; then arena regions %llu, "
+		       "VmSize %ld MiB; a 1 GiB shared mapping %s, a thread %s, %u of 2 late "
+		       "aligned_alloc(1 GiB) NULL\n",
+		       nulls, (unsigned long long)regions, vm_kb >> 10, mapped ? "ok" : "REFUSED",
+		       thread ? "ok" : "REFUSED", late);
+		CHECK(nulls == 0, "%u aligned_alloc(1 GiB) returned NULL", nulls);
+		CHECK(mapped, "no room left for a 1 GiB mapping outside the arena");
+		CHECK(thread, "no room left for a thread");
+		CHECK(late == 0, "aligned_alloc(1 GiB) failed after the arena grew");
 	} else {
-		fprintf(stderr, "usage: exhaust fill|threads|setrlimit|regions ...\n");
+		fprintf(stderr, "usage: exhaust fill|threads|setrlimit|regions|headroom ...\n");
 		return 2;
 	}
 	if (vmt_vm)

@@ -9,7 +9,7 @@
  *                     its own)
  *   librel_late.so    (-DREL_LATE) dlopen()ed by main() after vmapalloc is running: the
  *                     same atfork handlers, registered after vmapalloc's;
- *                     and rel_deep_free()/rel_deep_malloc() for RTLD_DEEPBIND
+ *                     and rel_deep_free()/_malloc()/_realloc() for RTLD_DEEPBIND
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -85,5 +85,10 @@ EXPORT void rel_deep_free(void *p)
 EXPORT void *rel_deep_malloc(size_t n)
 {
 	return malloc(n);
+}
+
+EXPORT void *rel_deep_realloc(void *p, size_t n)
+{
+	return realloc(p, n);
 }
 #endif

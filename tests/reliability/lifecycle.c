@@ -24,10 +24,14 @@
  *                                others allocate; run with VMAPALLOC_PROFILE=1
  *                                VMAPALLOC_PROFILE_SAMPLE=1 (a backtrace for
  *                                every allocation): no deadlock
- *   lifecycle deepbind LATE_LIB  dlopen(RTLD_DEEPBIND) binds LATE_LIB's malloc
- *                                and free to glibc: its block freed by the
- *                                program, and the program's large block freed
- *                                by it (in a child: status reported)
+ *   lifecycle deepbind LATE_LIB  dlopen(RTLD_DEEPBIND) of LATE_LIB, by its bare
+ *                                name (found through this program's RUNPATH
+ *                                only: the caller is passed on): vmapalloc
+ *                                clears the flag with one stderr line for two
+ *                                opens, so LATE_LIB's malloc/free/realloc are
+ *                                vmapalloc's: its block freed by the program,
+ *                                the program's large blocks freed and
+ *                                realloc'd by it (in a child: status reported)
  * Hangs are caught by a watchdog that prints gdb backtraces.
  */
 #include "rel.h"
@@ -271,15 +275,58 @@ static int dlstorm(void *arg)
 	return 0;
 }
 
+/* Opens LATE_LIB by its bare name, which only this program's RUNPATH
+ * ($ORIGIN) finds: a dlopen wrapper that does not pass on its caller (glibc
+ * takes it from the return address) would search its own and fail.  stderr
+ * goes to a file meanwhile: two DEEPBIND opens, one warning line. */
+static void *deep_open(void)
+{
+	const char *base = strrchr(lib_arg, '/') ? strrchr(lib_arg, '/') + 1 : lib_arg;
+	char path[] = "/tmp/rel-deepbind-XXXXXX";
+	int fd = mkstemp(path);
+	CHECK(fd >= 0, "mkstemp");
+	unlink(path);
+	fflush(stderr);
+	int saved = dup(2);
+	dup2(fd, 2);
+	void *h = dlopen(base, RTLD_NOW | RTLD_DEEPBIND);
+	char why[256] = "";
+	if (!h)
+		snprintf(why, sizeof why, "%s", dlerror());
+	void *h2 = dlopen(lib_arg, RTLD_NOW | RTLD_DEEPBIND);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	CHECK(h != NULL, "dlopen(\"%s\", RTLD_DEEPBIND) from a program whose RUNPATH has it: %s",
+	      base, why);
+	CHECK(h2 == h, "dlopen(%s) again: another handle", lib_arg);
+	char said[4096] = {0};
+	ssize_t n = pread(fd, said, sizeof said - 1, 0);
+	close(fd);
+	int lines = 0;
+	for (ssize_t i = 0; i < n; i++)
+		lines += said[i] == '\n';
+	printf("lifecycle deepbind: opened by bare name through the program's RUNPATH; stderr of "
+	       "two DEEPBIND opens: %d line(s): %s", lines, n > 0 ? said : "(none)\n");
+	if (vmt_vm)
+		CHECK(lines == 1 && strstr(said, "vmapalloc: ") && strstr(said, "RTLD_DEEPBIND") &&
+			      strstr(said, base),
+		      "expected one vmapalloc line about RTLD_DEEPBIND naming %s", base);
+	dlclose(h2);
+	return h;
+}
+
 static int deepbind(void *arg)
 {
 	(void)arg;
-	void *h = dlopen(lib_arg, RTLD_NOW | RTLD_DEEPBIND);
-	CHECK(h != NULL, "dlopen(RTLD_DEEPBIND) %s: %s", lib_arg, dlerror());
+	void *h = deep_open();
 	void (*deep_free)(void *) = (void (*)(void *))dlsym(h, "rel_deep_free");
 	void *(*deep_malloc)(size_t) = (void *(*)(size_t))dlsym(h, "rel_deep_malloc");
-	CHECK(deep_free && deep_malloc, "helper symbols");
-	/* 1. The library's (glibc's) block, freed by the program (vmapalloc). */
+	void *(*deep_realloc)(void *, size_t) =
+		(void *(*)(void *, size_t))dlsym(h, "rel_deep_realloc");
+	CHECK(deep_free && deep_malloc && deep_realloc, "helper symbols");
+	/* 1. The library's block, freed by the program: vmapalloc's now (the
+	 * flag was cleared, the library binds to the global malloc). */
 	void *g = deep_malloc(2 * MiB);
 	CHECK(g != NULL, "deep malloc");
 	int g_owned = vmt_vm ? vm.owns(g) : 0;
@@ -287,8 +334,11 @@ static int deepbind(void *arg)
 	free(g);
 	printf("lifecycle deepbind: a DEEPBIND library's 2 MiB block (%s) freed by the program: ok\n",
 	       g_owned ? "vmapalloc's" : "glibc's");
+	if (vmt_vm)
+		CHECK(g_owned, "the DEEPBIND library's malloc is not vmapalloc's");
 	fflush(stdout);
-	/* 2. The program's (vmapalloc's) large block, freed by the library. */
+	/* 2. The program's (vmapalloc's) large blocks, reallocated and freed by
+	 * the library (in a child: a crash is reported, not suffered). */
 	char *s = malloc(MiB);
 	memset(s, 'x', MiB - 1);
 	s[MiB - 1] = 0;
@@ -297,6 +347,12 @@ static int deepbind(void *arg)
 	pid_t pid = fork();
 	if (pid == 0) {
 		deep_free(d);
+		char *r = malloc(200 * KiB);
+		memset(r, 7, 200 * KiB);
+		r = deep_realloc(r, 3 * MiB);
+		if (!r || r[200 * KiB - 1] != 7)
+			_exit(3);
+		deep_free(r);
 		void *p = malloc(3 * MiB);
 		memset(p, 1, 3 * MiB);
 		free(p);
@@ -304,12 +360,14 @@ static int deepbind(void *arg)
 	}
 	int st;
 	waitpid(pid, &st, 0);
-	printf("lifecycle deepbind: the program's 1 MiB strdup freed by the DEEPBIND library: child %s\n",
+	printf("lifecycle deepbind: the program's 1 MiB strdup freed and a 200 KiB block realloc'd "
+	       "by the DEEPBIND library: child %s\n",
 	       rel_status_str(st));
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	      "a vmapalloc block freed through a DEEPBIND library's free: %s (reliability.md #5)",
 	      rel_status_str(st));
 	free(d);
+	dlclose(h);
 	vmt_done("lifecycle");
 	return 0;
 }
@@ -333,6 +391,14 @@ int main(int argc, char **argv)
 		if (argc > 3)
 			seconds = atof(argv[3]);
 		fn = !strcmp(mode, "atfork") ? atfork : !strcmp(mode, "dlstorm") ? dlstorm : deepbind;
+		if (fn == deepbind && getenv("LD_LIBRARY_PATH")) {
+			/* meson points LD_LIBRARY_PATH at the build directory: without
+			 * it only the RUNPATH finds LATE_LIB by its bare name. */
+			unsetenv("LD_LIBRARY_PATH");
+			execv("/proc/self/exe", argv);
+			fprintf(stderr, "lifecycle deepbind: re-exec: %s\n", strerror(errno));
+			return 2;
+		}
 		limit = seconds + 60;
 	} else if (!strcmp(mode, "exit")) {
 		fn = exit_race;

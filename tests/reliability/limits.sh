@@ -20,7 +20,11 @@
 #   setrlimit EXHAUST           RLIMIT_AS lowered by the program: until NULL,
 #                               free, succeed again (both fills on CPU 0)
 #   setrlimit-honoured EXHAUST  the same with REL_STRICT_AS=1 (#25: nothing
-#                               committed past the lowered limit)
+#                               committed past the lowered limit, which is
+#                               the address space in use + 256 MiB: see
+#                               exhaust.c)
+#   headroom EXHAUST LIMIT      exhaust headroom under --as=LIMIT (F2: the
+#                               arena's regions leave glibc room)
 #   regions EXHAUST             VMAPALLOC_RESERVE=256M under --as=6G: the arena
 #                               adds regions (>= 4) and allocations succeed
 #                               until the system refuses, free, succeed again
@@ -149,6 +153,15 @@ setrlimit|setrlimit-honoured)
     run ex 900 1 "" -- REL_STRICT_AS=$strict REL_FIRST_CPU=0 REL_SECOND_CPU=0 "$exe" setrlimit 256
     if [ "$st" -ne 0 ]; then fail "exhaust setrlimit (strict=$strict): status $st"; show ex; else
         sed -n 's/^/ok: /p' "$tmp/ex.out" | grep 'exhaust setrlimit'; fi
+    ;;
+headroom)
+    exe=$1 limit=$2
+    # glibc serves the 1 GiB-aligned blocks the arena cannot place: meson's
+    # MALLOC_PERTURB_ would make it write all of each.
+    unset MALLOC_PERTURB_
+    run ex 600 1 "--as=$(bytes "$limit")" -- VMAPALLOC_PURGE_DELAY_MS=0 VMAPALLOC_LAZY_MAX=1T "$exe" headroom
+    if [ "$st" -ne 0 ]; then fail "exhaust headroom under --as=$limit: status $st"; show ex; else
+        echo "ok: --as=$limit: $(grep '^exhaust ' "$tmp/ex.out")"; fi
     ;;
 regions)
     exe=$1

@@ -10,6 +10,8 @@
 #include "unit.h"
 
 #include <sched.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -596,6 +598,110 @@ Test(range, exhausted_region_adds_another, .timeout = 60)
 		vmap_range_free(p[i], "free");
 	vmap_range_purge(true);
 	vmap_range_check();
+}
+
+/* VmSize less the arena's unclaimed reservation: the address space the
+ * range allocator holds RLIMIT_AS against. */
+static uint64_t as_used(void)
+{
+	char buf[64] = {0};
+	int fd = open("/proc/self/statm", O_RDONLY);
+	cr_assert(fd >= 0);
+	cr_assert(read(fd, buf, sizeof buf - 1) > 0);
+	close(fd);
+	return strtoull(buf, NULL, 10) * 4096 - (uint64_t)ctr(VMAP_STAT_unclaimed_bytes);
+}
+
+/* Runs fn in a child (the limits below would starve Criterion's own
+ * mappings) and returns its exit status. */
+static int in_child(int (*fn)(void))
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0)
+		_exit(fn());
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st), "child status %#x", st);
+	return WEXITSTATUS(st);
+}
+
+/* Allocates 16 MiB blocks (kept) until NULL or 4 GiB; MiB got / 16. */
+static int fill_16m(void)
+{
+	int n = 0;
+	while (n < 256 && vmap_range_alloc(16 * MiB, VMAP_PAGE, &(bool){false}))
+		n++;
+	return n;
+}
+
+static int lowered_limit_child(void)
+{
+	uint64_t used = as_used();
+	struct rlimit rl = {used + 256 * MiB, used + 256 * MiB};
+	if (setrlimit(RLIMIT_AS, &rl) != 0)
+		return 255;
+	int n = fill_16m();
+	return as_used() <= used + 256 * MiB ? n : 254;
+}
+
+/* F1: RLIMIT_AS lowered after the arena was reserved.  The reservation is in
+ * VmSize but holds nothing; the address space in use (VmSize less the
+ * unclaimed reservation) plus what a claim adds must stay under the limit.
+ * Before the fix: 256 blocks (the cap; the arena would give 64 GiB). */
+Test(range, a_lowered_address_space_limit_stops_chunk_claims, .timeout = 60)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	range_setup(env);
+	vmap_range_free(alloc_ok(MiB, VMAP_PAGE, NULL), "free"); /* a chunk claimed */
+	int n = in_child(lowered_limit_child);
+	cr_assert(n < 254, "child: %s", n == 255 ? "setrlimit failed" : "in use past the limit");
+	/* 256 MiB of new chunks, plus what is left of the chunk claimed
+	 * before (under 64 MiB). */
+	cr_assert(n >= 14 && n <= 20, "%d blocks of 16 MiB under a limit 256 MiB above use", n);
+}
+
+static int headroom_child(void)
+{
+	char buf[64] = {0};
+	int fd = open("/proc/self/statm", O_RDONLY);
+	if (fd < 0 || read(fd, buf, sizeof buf - 1) <= 0)
+		return 255;
+	close(fd);
+	uint64_t vsize = strtoull(buf, NULL, 10) * 4096;
+	if (vsize > 64 * GiB)
+		return 251; /* a sanitizer's shadow: a quarter of the limit is terabytes */
+	uint64_t limit = vsize + 4 * GiB;
+	struct rlimit rl = {limit, limit};
+	if (setrlimit(RLIMIT_AS, &rl) != 0)
+		return 255;
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_RESERVE=256M", NULL};
+	if (unit_parse(env) != 0)
+		return 255;
+	vmap_counter_init(2);
+	if (vmap_range_init() != 0)
+		return 253;
+	int n = fill_16m();
+	/* A quarter of the limit is left to the kernel's other customers. */
+	void *m = mmap(NULL, limit / 4 - 128 * MiB, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	return m == MAP_FAILED ? 252 : n;
+}
+
+/* F2: under a finite RLIMIT_AS the arena adds regions only while they leave
+ * a quarter of the limit to what is not the arena (glibc's fallback, thread
+ * stacks, other mappings).  Before the fix: regions until the kernel refused,
+ * and no room left for the mapping. */
+Test(range, new_regions_leave_a_quarter_of_the_limit, .timeout = 60)
+{
+	int n = in_child(headroom_child);
+	if (n == 251)
+		cr_skip_test("VmSize over 64 GiB before the test (a sanitizer's shadow memory)");
+	cr_assert(n != 252, "no room left outside the arena under the limit");
+	cr_assert(n < 250, "child failed: %d", n);
+	/* 3 GiB for the arena, less tables and chunk rounding. */
+	cr_assert(n >= 150 && n <= 192, "%d blocks of 16 MiB under a 4 GiB limit", n);
 }
 
 /* Pins the calling thread to the nth CPU it may run on; false if there is none. */
