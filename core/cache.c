@@ -158,20 +158,34 @@ static inline void check_epoch(struct vmap_tcache *tc)
 	}
 }
 
-uintptr_t vmap_cache_pop(uint64_t pages)
+uintptr_t vmap_cache_pop(uint64_t *pages)
 {
-	if (pages > CACHE_MAX_PAGES)
+	uint64_t n = *pages;
+	if (n > CACHE_MAX_PAGES)
 		return 0;
 	struct vmap_tcache *tc = cache_get();
 	if (!tc)
 		return 0;
 	check_epoch(tc);
-	if (!tc->count[pages])
-		return 0;
+	if (!tc->count[n]) {
+		/* A near fit: an area up to an eighth larger (at least the next
+		 * size) rather than none.  Sizes that vary (bench/large random,
+		 * xthread: 64 KiB - 1 MiB) then keep reusing the same few
+		 * resident areas, as a size-class allocator would, instead of
+		 * carving fresh ones while the cache holds the wrong sizes. */
+		uint64_t top = n + (n >> 3 ? n >> 3 : 1);
+		if (top > CACHE_MAX_PAGES)
+			top = CACHE_MAX_PAGES;
+		while (++n <= top && !tc->count[n])
+			;
+		if (n > top)
+			return 0;
+		*pages = n;
+	}
 	tc->pops++;
 	tc->consumer = false;
-	uintptr_t a = tc->slot[cache_off[pages] + --tc->count[pages]];
-	tc->bytes -= pages << VMAP_PAGE_SHIFT;
+	uintptr_t a = tc->slot[cache_off[n] + --tc->count[n]];
+	tc->bytes -= n << VMAP_PAGE_SHIFT;
 	return a;
 }
 

@@ -10,8 +10,9 @@
 #include "range.h"
 
 void vmap_cache_init(unsigned ncpu);
-/* An area of exactly `pages` pages from this thread's cache, or 0. */
-uintptr_t vmap_cache_pop(uint64_t pages);
+/* An area of `*pages` pages from this thread's cache -- or up to an eighth
+ * more, with *pages updated -- or 0. */
+uintptr_t vmap_cache_pop(uint64_t *pages);
 /* After a miss: refills the cache for `pages` from shard s (the shard of the
  * CPU this thread runs on, which becomes its home) and pops one, or 0. */
 uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages);

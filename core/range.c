@@ -839,7 +839,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 	/* The thread's cache first: a hit needs neither the CPU nor a lock. */
 	bool cacheable = pages <= vmap_pool_exact && align == natural;
 	if (cacheable)
-		a = vmap_cache_pop(pages);
+		a = vmap_cache_pop(&pages); /* may be a near fit: pages grows */
 	struct vmap_shard *s = NULL;
 	if (!a) {
 		s = vmap_shard_here(&cpu);

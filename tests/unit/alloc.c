@@ -518,3 +518,20 @@ Test(alloc, small_only_process_reserves_nothing)
 	cr_assert(vmap_nregions >= 1 && vmap_nshards >= 1);
 	vmap_free(big);
 }
+
+/* The thread cache hands out an area up to an eighth larger than asked
+ * (a near fit) rather than carving fresh memory; an exact fit is preferred. */
+Test(alloc, thread_cache_serves_a_near_fit, .init = setup)
+{
+	void *p = vmap_malloc(100 * 4096);
+	cr_assert_not_null(p);
+	memset(p, 1, 100 * 4096);
+	vmap_free(p);
+	void *q = vmap_malloc(95 * 4096); /* 96 pages wanted, 101 cached: within an eighth */
+	cr_assert_eq(q, p, "the cached area comes back for a slightly smaller request");
+	cr_assert_eq(vmap_usable_size(q), 100 * 4096, "with its own usable size");
+	vmap_free(q);
+	void *r = vmap_malloc(60 * 4096); /* 61 pages: 101 is far more than an eighth */
+	cr_assert_neq(r, p);
+	vmap_free(r);
+}
