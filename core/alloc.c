@@ -47,17 +47,16 @@
 #include "options.h"
 #include "profile.h"
 #include "range.h"
+#include "section.h"
 #include "stats.h"
 
 extern char **environ;
 
 enum { INIT_NONE, INIT_BUSY, INIT_DONE };
-static int vmap_init_state;
-static bool vmap_range_ok;
+static int vmap_init_state VMAP_HOT;
+static bool vmap_range_ok VMAP_HOT;
 static __thread bool vmap_tls_in_init;
 static __thread bool vmap_tls_seen;
-static int vmap_main_pid;
-static bool vmap_glibc_strict_aligned_alloc;
 static pthread_key_t vmap_thread_key;
 static bool vmap_thread_key_ok;
 
@@ -83,7 +82,7 @@ static void thread_exit(void *arg)
  * system calls (bench/startup.py: issue 5).
  */
 enum { RANGE_NONE, RANGE_BUSY, RANGE_DONE };
-static int vmap_range_state;
+static int vmap_range_state VMAP_HOT;
 static __thread bool vmap_tls_in_range_setup;
 
 __attribute__((noinline, cold)) static bool range_setup_slow(void)
@@ -190,20 +189,39 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_options_print(1, false);
 		vmap_os_exit(0);
 	}
-	vmap_counter_init(vmap_os_ncpu());
-	vmap_glibc_strict_aligned_alloc = glibc_at_least(2, 38);
+	/* The CPU count (the counters' slots and batch) is asked for when the
+	 * counters go per-CPU or the arena is set up, and the thread-exit key is
+	 * made by the second thread: neither is of use to a single-threaded
+	 * process making small allocations (issue 5: a system call and libc's
+	 * key table page fewer in every process). */
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
-	vmap_main_pid = vmap_os_getpid();
 	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
 	vmap_profile_init();
 	if (vmap_opt.verbose)
 		vmap_options_print(2, true);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
-	vmap_thread_key_ok = pthread_key_create(&vmap_thread_key, thread_exit) == 0;
 	vmap_tls_seen = true;
 	__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
 	vmap_tls_in_init = false;
+}
+
+/* The key whose destructor runs thread_exit, made once, by the first thread
+ * other than the initial one (only those set a value).  Racers wait for the
+ * winner: their value must go to a key that exists. */
+static int vmap_thread_key_state; /* 0 none, 1 being made, 2 made (ok or not) */
+
+static void thread_key_make(void)
+{
+	int expected = 0;
+	if (__atomic_compare_exchange_n(&vmap_thread_key_state, &expected, 1, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		vmap_thread_key_ok = pthread_key_create(&vmap_thread_key, thread_exit) == 0;
+		__atomic_store_n(&vmap_thread_key_state, 2, __ATOMIC_RELEASE);
+		return;
+	}
+	while (__atomic_load_n(&vmap_thread_key_state, __ATOMIC_ACQUIRE) != 2)
+		vmap_os_yield();
 }
 
 /* First call on a thread other than the first: switch counters to per-CPU. */
@@ -218,6 +236,7 @@ __attribute__((noinline, cold)) static void thread_first_call(void)
 		vmap_counter_go_percpu();
 	/* A non-NULL value makes the key's destructor run at thread exit;
 	 * setting it may allocate (keys >= 32), which is safe: seen is set. */
+	thread_key_make();
 	if (vmap_thread_key_ok)
 		pthread_setspecific(vmap_thread_key, (void *)1);
 }
@@ -351,7 +370,7 @@ struct escape {
 static struct escape escapes[ESCAPE_SLOTS];
 /* Claimed slots: while 0, which is always but for a handler's blocks, free()
  * of a pointer outside the arena pays one load for the table. */
-static unsigned escape_live;
+static unsigned escape_live VMAP_HOT;
 
 __attribute__((noinline, cold)) static void *escape_alloc(size_t size, size_t align)
 {
@@ -735,7 +754,7 @@ void *vmap_aligned_alloc(size_t align, size_t size)
 	 * — from 2.38 a power of two or EINVAL (C17), before that memalign's
 	 * rounding up — so that a program behaves as it did without vmapalloc. */
 	enter();
-	if (vmap_glibc_strict_aligned_alloc && !pow2(align)) {
+	if (!pow2(align) && glibc_at_least(2, 38)) { /* asked only here: rare */
 		errno = EINVAL;
 		return NULL;
 	}
@@ -849,6 +868,7 @@ static void fork_prepare(void)
 	 * Re-entered with other threads: the interrupted code holds locks we
 	 * cannot name; taking none leaves the child those the other threads
 	 * hold — glibc's own malloc has the same limit there. */
+	vmap_stats_fork_prepare();
 	fork_locked = vmap_threads_seen && !vmap_reentered();
 	/* From here to fork_parent/fork_child this thread counts as re-entered:
 	 * the prepare handlers registered before ours run after it, and the

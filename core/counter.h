@@ -177,6 +177,8 @@ void vmap_stat_note_peak(int64_t v);
 void vmap_stat_reset_peak(void);
 
 /* Mode control.  mode: 0 auto, 1 atomic forever, 2 per-CPU from the start. */
+/* Sizes the slots and the batch for ncpu CPUs; without it they are sized from
+ * vmap_os_ncpu() on first need (the switch, vmap_counter_set_batch). */
 void vmap_counter_init(unsigned ncpu);
 /* The fold batch, from the purge threshold (range.c, once at init). */
 void vmap_counter_set_batch(uint64_t lazy_max);

@@ -310,6 +310,13 @@ uint64_t vmap_os_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t vmap_os_now_ns_syscall(void)
+{
+	struct timespec ts = {0, 0};
+	SC(SYS_clock_gettime, CLOCK_MONOTONIC, &ts, 0, 0, 0, 0);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void vmap_os_yield(void)
 {
 	SC(SYS_sched_yield, 0, 0, 0, 0, 0, 0);

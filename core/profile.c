@@ -79,6 +79,7 @@
 #include "lock.h"
 #include "options.h"
 #include "os.h"
+#include "section.h"
 
 #ifdef VMAP_HAVE_LIBUNWIND
 #include "backend.h"
@@ -132,7 +133,7 @@ struct stripe {
 	struct live_entry *e;
 } __attribute__((aligned(64)));
 
-bool vmap_profile_on;
+bool vmap_profile_on VMAP_HOT;
 __thread struct vmap_profile_tls vmap_profile_tls;
 uint8_t vmap_profile_filter[1u << VMAP_PROFILE_FILTER_BITS];
 

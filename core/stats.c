@@ -48,6 +48,7 @@
 #include "os.h"
 #include "profile.h"
 #include "range.h"
+#include "section.h"
 #include "vmapalloc.h"
 
 #define REPORT_VERSION 1
@@ -184,8 +185,9 @@ static uint64_t count_mappings(void)
 enum { WHEN_EXIT, WHEN_SIGNAL, WHEN_REQUEST };
 static const char *const when_name[] = {"exit", "signal", "request"};
 
-static uint64_t start_ns;
-static int self_pid, parent_pid;
+static uint64_t start_ns VMAP_HOT;
+static int parent_pid;
+static int fork_parent_pid; /* the forking process, taken before fork() */
 static int report_fd = 2;
 static int report_signal;
 static unsigned signal_reports;
@@ -853,8 +855,7 @@ static void install_signal(void)
 
 void vmap_stats_init(void)
 {
-	start_ns = vmap_os_now_ns();
-	self_pid = vmap_os_getpid();
+	start_ns = vmap_os_now_ns_syscall(); /* no vDSO page touched at start */
 	/* Programs may close fd 2 before our destructor runs (coreutils does it
 	 * in an atexit handler): keep a private duplicate, close-on-exec, high
 	 * enough to stay out of the program's way. */
@@ -866,10 +867,16 @@ void vmap_stats_init(void)
 	install_signal();
 }
 
+/* The parent's pid is asked for by fork, not at start: one getpid fewer in
+ * every process, and one more per fork, which costs far more anyway. */
+void vmap_stats_fork_prepare(void)
+{
+	fork_parent_pid = vmap_os_getpid();
+}
+
 void vmap_stats_fork_child(void)
 {
-	parent_pid = self_pid;
-	self_pid = vmap_os_getpid();
+	parent_pid = fork_parent_pid;
 	__atomic_store_n(&signal_busy, 0, __ATOMIC_RELAXED);
 	signal_reports = 0;
 }
