@@ -34,7 +34,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include <gnu/libc-version.h>
+#include <gnu/lib-names.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 
@@ -154,7 +154,11 @@ static char **env_from_proc(void)
 
 static bool glibc_at_least(unsigned major, unsigned minor)
 {
-	const char *v = gnu_get_libc_version(); /* a static string: no allocation */
+	/* A static string: no allocation.  Looked up, not imported (asked only
+	 * for odd alignments; an import costs every process a look-up). */
+	const char *(*version)(void) = (const char *(*)(void))vmap_elf_symbol(LIBC_SO,
+									      "gnu_get_libc_version");
+	const char *v = version ? version() : "0";
 	unsigned a = 0, b = 0;
 	while (*v >= '0' && *v <= '9')
 		a = a * 10 + (unsigned)(*v++ - '0');
@@ -210,13 +214,21 @@ __attribute__((noinline, cold)) static void init_slow(void)
  * other than the initial one (only those set a value).  Racers wait for the
  * winner: their value must go to a key that exists. */
 static int vmap_thread_key_state; /* 0 none, 1 being made, 2 made (ok or not) */
+/* Looked up by the maker, not imported: two symbol look-ups and a version
+ * check fewer at load in every process (issue 5). */
+static int (*vmap_setspecific)(pthread_key_t, const void *);
 
 static void thread_key_make(void)
 {
 	int expected = 0;
 	if (__atomic_compare_exchange_n(&vmap_thread_key_state, &expected, 1, false,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		vmap_thread_key_ok = pthread_key_create(&vmap_thread_key, thread_exit) == 0;
+		int (*key_create)(pthread_key_t *, void (*)(void *)) =
+			(__typeof__(key_create))vmap_elf_symbol(LIBC_SO, "pthread_key_create");
+		vmap_setspecific = (__typeof__(vmap_setspecific))vmap_elf_symbol(LIBC_SO,
+										"pthread_setspecific");
+		vmap_thread_key_ok = key_create && vmap_setspecific &&
+				     key_create(&vmap_thread_key, thread_exit) == 0;
 		__atomic_store_n(&vmap_thread_key_state, 2, __ATOMIC_RELEASE);
 		return;
 	}
@@ -238,7 +250,7 @@ __attribute__((noinline, cold)) static void thread_first_call(void)
 	 * setting it may allocate (keys >= 32), which is safe: seen is set. */
 	thread_key_make();
 	if (vmap_thread_key_ok)
-		pthread_setspecific(vmap_thread_key, (void *)1);
+		vmap_setspecific(vmap_thread_key, (void *)1);
 }
 
 static inline void enter(void)
@@ -850,7 +862,15 @@ int vmap_malloc_info(int options, FILE *fp)
 	char buf[4096];
 	struct vmap_buf b = {VMAP_BUF_COLLECT, 0, sizeof buf, buf, 0};
 	vmap_stats_xml(&b);
-	return fwrite(buf, 1, b.len, fp) == b.len ? 0 : -1;
+	/* Looked up on use, not imported: an import costs every process a
+	 * symbol look-up at load (issue 5). */
+	size_t (*fwrite_fn)(const void *, size_t, size_t, FILE *) =
+		(__typeof__(fwrite_fn))vmap_elf_symbol(LIBC_SO, "fwrite");
+	if (!fwrite_fn) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return fwrite_fn(buf, 1, b.len, fp) == b.len ? 0 : -1;
 }
 
 /* ---- fork and exit ----------------------------------------------------- */

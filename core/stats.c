@@ -38,6 +38,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <gnu/lib-names.h>
 #include <signal.h>
 #include <string.h>
 
@@ -134,12 +135,21 @@ static long read_small(const char *path, char *buf, size_t cap)
 	return n;
 }
 
+/* s starts with key[0..kl): strncmp without importing it (issue 5). */
+static bool starts_with(const char *s, const char *key, size_t kl)
+{
+	for (size_t i = 0; i < kl; i++)
+		if (s[i] != key[i])
+			return false;
+	return true;
+}
+
 /* The number after "key" at the start of a line, or 0 (*found false). */
 static uint64_t field(const char *buf, const char *key, bool *found)
 {
 	size_t kl = strlen(key);
 	for (const char *l = buf; *l; l++) {
-		if ((l == buf || l[-1] == '\n') && strncmp(l, key, kl) == 0) {
+		if ((l == buf || l[-1] == '\n') && starts_with(l, key, kl)) {
 			const char *p = l + kl;
 			while (*p == ' ' || *p == '\t')
 				p++;
@@ -764,7 +774,10 @@ static bool expand_path(const char *pat, const char *suffix, char *out, size_t c
 			}
 		if (n + sl + 1 > cap)
 			return false;
-		memmove(out + dot + sl, out + dot, n - dot + 1);
+		/* By hand, not memmove: one libc import (a symbol look-up in
+		 * every process at load, issue 5) for a path of a few bytes. */
+		for (size_t i = n + 1; i-- > dot;)
+			out[i + sl] = out[i];
 		memcpy(out + dot, suffix, sl);
 	}
 	return true;
@@ -838,18 +851,26 @@ static void install_signal(void)
 	unsigned i = (unsigned)vmap_opt.stats_signal;
 	if (i == 0 || i >= sizeof sigs / sizeof sigs[0])
 		return;
+	/* Looked up here, not imported: only VMAPALLOC_STATS_SIGNAL needs it,
+	 * and an import costs every process a symbol look-up at load. */
+	int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *) =
+		(__typeof__(sigaction_fn))vmap_elf_symbol(LIBC_SO, "sigaction");
 	struct sigaction sa, old;
-	memset(&sa, 0, sizeof sa);
+	memset(&sa, 0, sizeof sa); /* sa_mask: the empty set */
 	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART;
-	if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_DFL &&
+	if (!sigaction_fn) {
+		vmap_say("VMAPALLOC_STATS_SIGNAL: glibc's sigaction not found; no report on the signal",
+			 NULL, NULL);
+		return;
+	}
+	if (sigaction_fn(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_DFL &&
 	    old.sa_handler != SIG_IGN) {
 		vmap_say("VMAPALLOC_STATS_SIGNAL: the signal already has a handler; "
 			 "leaving it (no report on the signal)", NULL, NULL);
 		return;
 	}
-	if (sigaction(sigs[i], &sa, NULL) == 0)
+	if (sigaction_fn(sigs[i], &sa, NULL) == 0)
 		report_signal = sigs[i];
 }
 
