@@ -105,7 +105,8 @@ static struct {
 
 static void prof_fn_resolve(void)
 {
-#define LIBC_FN(field, name) prof_fn.field = (__typeof__(prof_fn.field))vmap_elf_symbol(LIBC_SO, name)
+#define LIBC_FN(field, name) \
+	prof_fn.field = (__typeof__(prof_fn.field))vmap_elf_symbol(LIBC_SO, name)
 	LIBC_FN(getattr_np, "pthread_getattr_np");
 	LIBC_FN(self, "pthread_self");
 	LIBC_FN(attr_getstack, "pthread_attr_getstack");
