@@ -178,9 +178,9 @@ bool vmap_counter_go_percpu(void)
 	/* glibc's rseq registration: 0 when it failed or was turned off
 	 * (GLIBC_TUNABLES=glibc.pthread.rseq=0, valgrind).  A CPU number beyond
 	 * the slots (which count the CPUs we may run on) adds to the base.
-	 * Read here, not at init: the second thread exists, so libc's symbols
-	 * are relocated.  Set before the slots are published. */
-	if (__rseq_size >= 20)
+	 * Read here, not at init: glibc has registered the area by now.  Set
+	 * before the slots are published. */
+	if (vmap_os_rseq_size() >= 20)
 		__atomic_store_n(&vmap_counter_rseq, true, __ATOMIC_RELAXED);
 #endif
 	int64_t *expected = NULL;

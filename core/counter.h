@@ -44,11 +44,14 @@ void vmap_counter_rseq_fold(int64_t *slot, enum vmap_stat s);
 #define VMAP_HAVE_RSEQ 1
 #include <sys/rseq.h>
 
+#include "os.h"
+
 static inline struct rseq *vmap_rseq_area(void)
 {
 	char *tp;
 	__asm__("mov %%fs:0, %0" : "=r"(tp));
-	return (struct rseq *)(tp + __rseq_offset);
+	/* Set before vmap_counter_rseq (vmap_os_rseq_size in the switch). */
+	return (struct rseq *)(tp + __atomic_load_n(&vmap_rseq_offset, __ATOMIC_RELAXED));
 }
 
 /*
