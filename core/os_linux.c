@@ -16,6 +16,7 @@
  * Callers: every core module.  Unit tests wrap these symbols at link time.
  */
 #include "os.h"
+#include "section.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -275,9 +276,9 @@ static inline void *vdso_get(void **slot, const char *name1, const char *name2)
  * load (issue 5).  No lock, no allocation: any context may resolve them.
  * Absent (older glibc): size 0, no rseq.
  */
-ptrdiff_t vmap_rseq_offset;
-static unsigned vmap_rseq_size;
-static int vmap_rseq_known;
+ptrdiff_t vmap_rseq_offset VMAP_HOT; /* read by every large allocation */
+static unsigned vmap_rseq_size VMAP_HOT;
+static int vmap_rseq_known VMAP_HOT;
 
 static const void *ldso_sym(const char *name)
 {
