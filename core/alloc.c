@@ -34,7 +34,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include <gnu/libc-version.h>
+#include <gnu/lib-names.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 
@@ -47,6 +47,7 @@
 #include "options.h"
 #include "profile.h"
 #include "range.h"
+#include "section.h"
 #include "slab.h"
 #include "stats.h"
 
@@ -55,17 +56,15 @@ extern char **environ;
 /* Sizes 1..vmap_slab_limit go to the builtin backend's slabs (0 = none: the
  * test `size - 1 < limit` then fails for every size; malloc(0) takes the
  * general path). */
-static size_t vmap_slab_limit;
-static uint32_t vmap_auto_after; /* BACKEND=auto: 0 = no switch to come (see small_malloc) */
+static size_t vmap_slab_limit VMAP_HOT;
+static uint32_t vmap_auto_after VMAP_HOT; /* BACKEND=auto: 0 = no switch to come (see small_malloc) */
 static void slab_switch_on(void);
 
 enum { INIT_NONE, INIT_BUSY, INIT_DONE };
-static int vmap_init_state;
-static bool vmap_range_ok;
+static int vmap_init_state VMAP_HOT;
+static bool vmap_range_ok VMAP_HOT;
 static __thread bool vmap_tls_in_init;
 static __thread bool vmap_tls_seen;
-static int vmap_main_pid;
-static bool vmap_glibc_strict_aligned_alloc;
 static pthread_key_t vmap_thread_key;
 static bool vmap_thread_key_ok;
 
@@ -92,7 +91,7 @@ static void thread_exit(void *arg)
  * system calls (bench/startup.py: issue 5).
  */
 enum { RANGE_NONE, RANGE_BUSY, RANGE_DONE };
-static int vmap_range_state;
+static int vmap_range_state VMAP_HOT;
 static __thread bool vmap_tls_in_range_setup;
 
 __attribute__((noinline, cold)) static bool range_setup_slow(void)
@@ -164,7 +163,11 @@ static char **env_from_proc(void)
 
 static bool glibc_at_least(unsigned major, unsigned minor)
 {
-	const char *v = gnu_get_libc_version(); /* a static string: no allocation */
+	/* A static string: no allocation.  Looked up, not imported (asked only
+	 * for odd alignments; an import costs every process a look-up). */
+	const char *(*version)(void) = (const char *(*)(void))vmap_elf_symbol(LIBC_SO,
+									      "gnu_get_libc_version");
+	const char *v = version ? version() : "0";
 	unsigned a = 0, b = 0;
 	while (*v >= '0' && *v <= '9')
 		a = a * 10 + (unsigned)(*v++ - '0');
@@ -199,24 +202,51 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_options_print(1, false);
 		vmap_os_exit(0);
 	}
-	vmap_counter_init(vmap_os_ncpu());
+	/* The CPU count (the counters' slots and batch) is asked for when the
+	 * counters go per-CPU or the arena is set up, and the thread-exit key is
+	 * made by the second thread: neither is of use to a single-threaded
+	 * process making small allocations (issue 5: a system call and libc's
+	 * key table page fewer in every process). */
 	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN)
 		slab_switch_on(); /* its slabs come from the arena, set up with the first */
 	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
 		vmap_auto_after = (uint32_t)vmap_opt.auto_after;
-	vmap_glibc_strict_aligned_alloc = glibc_at_least(2, 38);
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
-	vmap_main_pid = vmap_os_getpid();
 	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
 	vmap_profile_init();
 	if (vmap_opt.verbose)
 		vmap_options_print(2, true);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
-	vmap_thread_key_ok = pthread_key_create(&vmap_thread_key, thread_exit) == 0;
 	vmap_tls_seen = true;
 	__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
 	vmap_tls_in_init = false;
+}
+
+/* The key whose destructor runs thread_exit, made once, by the first thread
+ * other than the initial one (only those set a value).  Racers wait for the
+ * winner: their value must go to a key that exists. */
+static int vmap_thread_key_state; /* 0 none, 1 being made, 2 made (ok or not) */
+/* Looked up by the maker, not imported: two symbol look-ups and a version
+ * check fewer at load in every process (issue 5). */
+static int (*vmap_setspecific)(pthread_key_t, const void *);
+
+static void thread_key_make(void)
+{
+	int expected = 0;
+	if (__atomic_compare_exchange_n(&vmap_thread_key_state, &expected, 1, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		int (*key_create)(pthread_key_t *, void (*)(void *)) =
+			(__typeof__(key_create))vmap_elf_symbol(LIBC_SO, "pthread_key_create");
+		vmap_setspecific = (__typeof__(vmap_setspecific))vmap_elf_symbol(LIBC_SO,
+										"pthread_setspecific");
+		vmap_thread_key_ok = key_create && vmap_setspecific &&
+				     key_create(&vmap_thread_key, thread_exit) == 0;
+		__atomic_store_n(&vmap_thread_key_state, 2, __ATOMIC_RELEASE);
+		return;
+	}
+	while (__atomic_load_n(&vmap_thread_key_state, __ATOMIC_ACQUIRE) != 2)
+		vmap_os_yield();
 }
 
 /* First call on a thread other than the first: switch counters to per-CPU. */
@@ -231,8 +261,9 @@ __attribute__((noinline, cold)) static void thread_first_call(void)
 		vmap_counter_go_percpu();
 	/* A non-NULL value makes the key's destructor run at thread exit;
 	 * setting it may allocate (keys >= 32), which is safe: seen is set. */
+	thread_key_make();
 	if (vmap_thread_key_ok)
-		pthread_setspecific(vmap_thread_key, (void *)1);
+		vmap_setspecific(vmap_thread_key, (void *)1);
 }
 
 /* A thread's flag is set only once init is done (by the initialising thread
@@ -337,7 +368,12 @@ static inline void small_free(void *p)
 static inline struct vmap_slab *slab_of(const void *p)
 {
 	uintptr_t a = (uintptr_t)p;
-	struct vmap_region *r = &vmap_regions[0]; /* size 0 until the arena is set up */
+	/* glibc's pointers fail the span test (two words of the hot page): the
+	 * region table is not read, so a process that never set the arena up
+	 * does not fault its page in (issue 5). */
+	if (a - vmap_span_lo >= vmap_span_hi - vmap_span_lo)
+		return NULL;
+	struct vmap_region *r = &vmap_regions[0];
 	if (__builtin_expect(a - r->base >= r->size, 0)) {
 		if (!__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) || !(r = vmap_region_of(a)))
 			return NULL;
@@ -446,7 +482,7 @@ struct escape {
 static struct escape escapes[ESCAPE_SLOTS];
 /* Claimed slots: while 0, which is always but for a handler's blocks, free()
  * of a pointer outside the arena pays one load for the table. */
-static unsigned escape_live;
+static unsigned escape_live VMAP_HOT;
 
 __attribute__((noinline, cold)) static void *escape_alloc(size_t size, size_t align)
 {
@@ -881,7 +917,7 @@ void *vmap_aligned_alloc(size_t align, size_t size)
 	 * — from 2.38 a power of two or EINVAL (C17), before that memalign's
 	 * rounding up — so that a program behaves as it did without vmapalloc. */
 	enter();
-	if (vmap_glibc_strict_aligned_alloc && !pow2(align)) {
+	if (!pow2(align) && glibc_at_least(2, 38)) { /* asked only here: rare */
 		errno = EINVAL;
 		return NULL;
 	}
@@ -978,7 +1014,15 @@ int vmap_malloc_info(int options, FILE *fp)
 	char buf[4096];
 	struct vmap_buf b = {VMAP_BUF_COLLECT, 0, sizeof buf, buf, 0};
 	vmap_stats_xml(&b);
-	return fwrite(buf, 1, b.len, fp) == b.len ? 0 : -1;
+	/* Looked up on use, not imported: an import costs every process a
+	 * symbol look-up at load (issue 5). */
+	size_t (*fwrite_fn)(const void *, size_t, size_t, FILE *) =
+		(__typeof__(fwrite_fn))vmap_elf_symbol(LIBC_SO, "fwrite");
+	if (!fwrite_fn) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return fwrite_fn(buf, 1, b.len, fp) == b.len ? 0 : -1;
 }
 
 /* ---- fork and exit ----------------------------------------------------- */
@@ -996,6 +1040,7 @@ static void fork_prepare(void)
 	 * Re-entered with other threads: the interrupted code holds locks we
 	 * cannot name; taking none leaves the child those the other threads
 	 * hold — glibc's own malloc has the same limit there. */
+	vmap_stats_fork_prepare();
 	fork_locked = __atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED) && !vmap_reentered();
 	/* From here to fork_parent/fork_child this thread counts as re-entered:
 	 * the prepare handlers registered before ours run after it, and the

@@ -26,8 +26,9 @@
 #include <stdint.h>
 
 #include "fmt.h"
+#include "section.h"
 
-struct vmap_libc vmap_libc;
+struct vmap_libc vmap_libc VMAP_HOT;
 
 struct elf_tables {
 	const char *want; /* the object's file name */

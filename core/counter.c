@@ -23,14 +23,18 @@
 #include <sys/mman.h>
 
 #include "os.h"
+#include "section.h"
 
-int64_t vmap_counter_base[VMAP_STAT_COUNT];
-int64_t *vmap_counter_slots;
+int64_t vmap_counter_base[VMAP_STAT_COUNT] VMAP_HOT;
+int64_t *vmap_counter_slots VMAP_HOT;
 unsigned vmap_counter_nslots = 1;
 int64_t vmap_counter_batch = 32 * 4096;
 bool vmap_counter_rseq;
 int64_t vmap_stat_peak_large_bytes;
 static uint64_t vmap_counter_switched_at;
+
+/* 0: not sized yet, 1: being sized, 2: sized (vmap_counter_init ran). */
+static int vmap_counter_sized VMAP_HOT;
 
 void vmap_counter_init(unsigned ncpu)
 {
@@ -40,6 +44,25 @@ void vmap_counter_init(unsigned ncpu)
 	vmap_counter_nslots = n;
 	int64_t pages = 2 * (int64_t)n > 32 ? 2 * (int64_t)n : 32;
 	vmap_counter_batch = pages * 4096;
+	__atomic_store_n(&vmap_counter_sized, 2, __ATOMIC_RELEASE);
+}
+
+/* Sized from the CPU count on first need -- the switch or the batch set by the
+ * arena's set-up -- not at init: atomic mode uses neither the slot count nor
+ * the batch, and sched_getaffinity is one system call fewer in every process
+ * that stays single-threaded and small (issue 5).  Once, by one thread. */
+static void counter_size(void)
+{
+	int expected = 0;
+	if (__atomic_load_n(&vmap_counter_sized, __ATOMIC_ACQUIRE) == 2)
+		return;
+	if (__atomic_compare_exchange_n(&vmap_counter_sized, &expected, 1, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		vmap_counter_init(vmap_os_ncpu());
+		return;
+	}
+	while (__atomic_load_n(&vmap_counter_sized, __ATOMIC_ACQUIRE) != 2)
+		vmap_os_yield();
 }
 
 void vmap_stat_note_peak(int64_t v)
@@ -56,6 +79,7 @@ void vmap_counter_set_batch(uint64_t lazy_max)
 	 * of 128 KiB nearly every update would fold into the shared base (bench
 	 * counter: 87-95 ns instead of 10-14).  Folding every LAZY_MAX/(8 x
 	 * slots) keeps the purge's approximate read within 1/8 of its limit. */
+	counter_size();
 	uint64_t b = lazy_max / (8 * (uint64_t)vmap_counter_nslots);
 	if (b < 128 * 1024)
 		b = 128 * 1024;
@@ -145,6 +169,7 @@ bool vmap_counter_go_percpu(void)
 {
 	if (__atomic_load_n(&vmap_counter_slots, __ATOMIC_ACQUIRE))
 		return true;
+	counter_size();
 	size_t len = (size_t)vmap_counter_nslots * VMAP_STAT_STRIDE * sizeof(int64_t);
 	len = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	int64_t *block = vmap_os_mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -155,9 +180,9 @@ bool vmap_counter_go_percpu(void)
 	/* glibc's rseq registration: 0 when it failed or was turned off
 	 * (GLIBC_TUNABLES=glibc.pthread.rseq=0, valgrind).  A CPU number beyond
 	 * the slots (which count the CPUs we may run on) adds to the base.
-	 * Read here, not at init: the second thread exists, so libc's symbols
-	 * are relocated.  Set before the slots are published. */
-	if (__rseq_size >= 20)
+	 * Read here, not at init: glibc has registered the area by now.  Set
+	 * before the slots are published. */
+	if (vmap_os_rseq_size() >= 20)
 		__atomic_store_n(&vmap_counter_rseq, true, __ATOMIC_RELAXED);
 #endif
 	int64_t *expected = NULL;

@@ -44,11 +44,14 @@ void vmap_counter_rseq_fold(int64_t *slot, enum vmap_stat s);
 #define VMAP_HAVE_RSEQ 1
 #include <sys/rseq.h>
 
+#include "os.h"
+
 static inline struct rseq *vmap_rseq_area(void)
 {
 	char *tp;
 	__asm__("mov %%fs:0, %0" : "=r"(tp));
-	return (struct rseq *)(tp + __rseq_offset);
+	/* Set before vmap_counter_rseq (vmap_os_rseq_size in the switch). */
+	return (struct rseq *)(tp + __atomic_load_n(&vmap_rseq_offset, __ATOMIC_RELAXED));
 }
 
 /*
@@ -180,6 +183,8 @@ void vmap_stat_note_peak(int64_t v);
 void vmap_stat_reset_peak(void);
 
 /* Mode control.  mode: 0 auto, 1 atomic forever, 2 per-CPU from the start. */
+/* Sizes the slots and the batch for ncpu CPUs; without it they are sized from
+ * vmap_os_ncpu() on first need (the switch, vmap_counter_set_batch). */
 void vmap_counter_init(unsigned ncpu);
 /* The fold batch, from the purge threshold (range.c, once at init). */
 void vmap_counter_set_batch(uint64_t lazy_max);

@@ -16,6 +16,7 @@
 #include "options.h"
 
 #include "fmt.h"
+#include "section.h"
 
 enum vmap_opt_type { T_SIZE, T_UINT, T_BOOL, T_ENUM, T_STR };
 
@@ -30,6 +31,10 @@ struct vmap_option_desc {
 
 #define VMAP_STR_MAX 256
 static char vmap_opt_str_storage[VMAP_OPT_COUNT][VMAP_STR_MAX];
+/* What an unset string option points at, instead of its empty storage: the
+ * storage's 6 KiB then stay untouched, not even read, in a process that sets
+ * no string option (issue 5: a read maps a page too). */
+static char vmap_opt_str_unset[1] VMAP_HOT;
 
 static const struct vmap_option_desc vmap_options_table[VMAP_OPT_COUNT] = {
 #define X(NAME, field, type, def, min, max, choices, doc) \
@@ -39,7 +44,7 @@ static const struct vmap_option_desc vmap_options_table[VMAP_OPT_COUNT] = {
 #undef X
 };
 
-struct vmap_options vmap_opt;
+struct vmap_options vmap_opt VMAP_HOT;
 
 static uint64_t *opt_slot(enum vmap_option_id id)
 {
@@ -51,8 +56,7 @@ void vmap_options_defaults(void)
 	for (int i = 0; i < VMAP_OPT_COUNT; i++) {
 		const struct vmap_option_desc *d = &vmap_options_table[i];
 		if (d->type == T_STR) {
-			vmap_opt_str_storage[i][0] = '\0';
-			*(char **)((char *)&vmap_opt + d->offset) = vmap_opt_str_storage[i];
+			*(char **)((char *)&vmap_opt + d->offset) = vmap_opt_str_unset;
 		} else {
 			*opt_slot((enum vmap_option_id)i) = d->def;
 		}
@@ -348,6 +352,7 @@ int vmap_options_parse(char *const *envp, bool secure)
 			size_t vn = str_len(value);
 			for (size_t i = 0; i <= vn; i++)
 				vmap_opt_str_storage[found][i] = value[i];
+			*(char **)((char *)&vmap_opt + d->offset) = vmap_opt_str_storage[found];
 		} else {
 			*opt_slot((enum vmap_option_id)found) = v;
 		}
@@ -367,7 +372,7 @@ void vmap_options_print(int fd, bool effective)
 		vmap_buf_str(&b, d->name);
 		vmap_buf_char(&b, '=');
 		if (effective) {
-			const char *str = d->type == T_STR ? vmap_opt_str_storage[i] : "";
+			const char *str = d->type == T_STR ? *(char **)((char *)&vmap_opt + d->offset) : "";
 			print_value(&b, d, d->type == T_STR ? 0 : *opt_slot((enum vmap_option_id)i), str);
 			vmap_buf_char(&b, '\n');
 			continue;

@@ -67,8 +67,16 @@ int vmap_os_getpid(void);
 int vmap_os_gettid(void);
 int vmap_os_prlimit(int resource, uint64_t *cur, uint64_t *max);
 unsigned vmap_os_cpu(void);      /* the CPU this thread runs on: a hint */
+/* glibc's rseq area: its size (0: none registered, or glibc < 2.35) and, once
+ * the size has been asked for, its offset from the thread pointer. */
+unsigned vmap_os_rseq_size(void);
+extern ptrdiff_t vmap_rseq_offset;
 unsigned vmap_os_ncpu(void);     /* configured CPUs, at least 1 */
 uint64_t vmap_os_now_ns(void);   /* CLOCK_MONOTONIC */
+/* The same clock through the system call, not the vDSO: for a single reading
+ * (the start time), where the vDSO's first use costs more -- a page fault on
+ * its data page and the look-up of its symbol -- than the call itself. */
+uint64_t vmap_os_now_ns_syscall(void);
 void vmap_os_yield(void);
 _Noreturn void vmap_os_abort(void);
 _Noreturn void vmap_os_exit(int code);

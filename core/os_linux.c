@@ -16,6 +16,7 @@
  * Callers: every core module.  Unit tests wrap these symbols at link time.
  */
 #include "os.h"
+#include "section.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -266,16 +267,85 @@ static inline void *vdso_get(void **slot, const char *name1, const char *name2)
 	return f == VDSO_NONE ? NULL : f;
 }
 
-/* glibc >= 2.35 registers an rseq area per thread and says where: the kernel
- * keeps its cpu_id (offset 4) current.  Weak: absent from older glibc. */
-extern const ptrdiff_t __rseq_offset __attribute__((weak));
-extern const unsigned int __rseq_size __attribute__((weak));
+/*
+ * glibc >= 2.35 registers an rseq area per thread and says where, in ld.so's
+ * __rseq_offset and __rseq_size: the kernel keeps its cpu_id (offset 4)
+ * current.  Read from ld.so's own symbol table (its base is AT_BASE) on first
+ * use, not imported: importing them made ld.so a DT_NEEDED of the library and
+ * cost every process a dependency, a version check and two symbol look-ups at
+ * load (issue 5).  No lock, no allocation: any context may resolve them.
+ * Absent (older glibc): size 0, no rseq.
+ */
+ptrdiff_t vmap_rseq_offset VMAP_HOT; /* read by every large allocation */
+static unsigned vmap_rseq_size VMAP_HOT;
+static int vmap_rseq_known VMAP_HOT;
+
+static const void *ldso_sym(const char *name)
+{
+	uintptr_t base = (uintptr_t)getauxval(AT_BASE);
+	if (!base)
+		return NULL;
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)base;
+	const Elf64_Phdr *ph = (const Elf64_Phdr *)(base + eh->e_phoff);
+	const Elf64_Dyn *dyn = NULL;
+	for (unsigned i = 0; i < eh->e_phnum; i++)
+		if (ph[i].p_type == PT_DYNAMIC)
+			dyn = (const Elf64_Dyn *)(base + ph[i].p_vaddr);
+	if (!dyn)
+		return NULL;
+	const Elf64_Sym *sym = NULL;
+	const char *str = NULL;
+	const Elf64_Word *hash = NULL;
+	for (; dyn->d_tag != DT_NULL; dyn++) {
+		uintptr_t v = dyn->d_un.d_ptr;
+		if (v < base) /* ld.so relocates these in place on most targets */
+			v += base;
+		if (dyn->d_tag == DT_SYMTAB)
+			sym = (const Elf64_Sym *)v;
+		else if (dyn->d_tag == DT_STRTAB)
+			str = (const char *)v;
+		else if (dyn->d_tag == DT_HASH)
+			hash = (const Elf64_Word *)v;
+	}
+	if (!sym || !str || !hash)
+		return NULL;
+	for (Elf64_Word i = 0; i < hash[1]; i++) { /* nchain = number of symbols */
+		if (sym[i].st_shndx == SHN_UNDEF)
+			continue;
+		const char *a = str + sym[i].st_name, *b = name;
+		while (*a && *a == *b)
+			a++, b++;
+		if (*a == *b)
+			return (const void *)(base + sym[i].st_value);
+	}
+	return NULL;
+}
+
+__attribute__((noinline, cold)) static unsigned rseq_resolve(void)
+{
+	const ptrdiff_t *off = ldso_sym("__rseq_offset");
+	const unsigned *size = ldso_sym("__rseq_size");
+	unsigned n = off && size ? *size : 0;
+	/* Every racer computes the same; the flag publishes them. */
+	__atomic_store_n(&vmap_rseq_offset, off ? *off : 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_rseq_size, n, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_rseq_known, 1, __ATOMIC_RELEASE);
+	return n;
+}
+
+unsigned vmap_os_rseq_size(void)
+{
+	if (__builtin_expect(__atomic_load_n(&vmap_rseq_known, __ATOMIC_ACQUIRE), 1))
+		return __atomic_load_n(&vmap_rseq_size, __ATOMIC_RELAXED);
+	return rseq_resolve();
+}
 
 unsigned vmap_os_cpu(void)
 {
 	/* Only a hint: callers lock what they touch. */
-	if (&__rseq_size && __rseq_size >= 8) {
-		int c = *(volatile int *)((char *)__builtin_thread_pointer() + __rseq_offset + 4);
+	if (vmap_os_rseq_size() >= 8) {
+		ptrdiff_t off = __atomic_load_n(&vmap_rseq_offset, __ATOMIC_RELAXED);
+		int c = *(volatile int *)((char *)__builtin_thread_pointer() + off + 4);
 		if (c >= 0)
 			return (unsigned)c;
 	}
@@ -307,6 +377,13 @@ uint64_t vmap_os_now_ns(void)
 		&vdso_clock_gettime, "__vdso_clock_gettime", "__kernel_clock_gettime");
 	if (!gettime || gettime(CLOCK_MONOTONIC, &ts) != 0)
 		SC(SYS_clock_gettime, CLOCK_MONOTONIC, &ts, 0, 0, 0, 0);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t vmap_os_now_ns_syscall(void)
+{
+	struct timespec ts = {0, 0};
+	SC(SYS_clock_gettime, CLOCK_MONOTONIC, &ts, 0, 0, 0, 0);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 

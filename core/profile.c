@@ -79,10 +79,48 @@
 #include "lock.h"
 #include "options.h"
 #include "os.h"
+#include "section.h"
+
+#include "backend.h"
+#include <gnu/lib-names.h>
+
+/*
+ * The libc functions only a profiling process calls are looked up
+ * when profiling starts (vmap_profile_init, at init, outside any signal
+ * handler) with backend.c's GNU-hash lookup, not imported: each import would
+ * cost every process, profiled or not, a symbol look-up at load (issue 5).
+ * One missing (another libc) leaves that piece out, as a failing call would.
+ */
+static struct {
+	int (*getattr_np)(pthread_t, pthread_attr_t *);
+	pthread_t (*self)(void);
+	int (*attr_getstack)(const pthread_attr_t *, void **, size_t *);
+	int (*attr_destroy)(pthread_attr_t *);
+	int (*dladdr1)(const void *, Dl_info *, void **, int);
+	void *(*dlopen)(const char *, int);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+	int (*find_object)(void *, struct dl_find_object *);
+#endif
+} prof_fn;
+
+static void prof_fn_resolve(void)
+{
+#define LIBC_FN(field, name) \
+	prof_fn.field = (__typeof__(prof_fn.field))vmap_elf_symbol(LIBC_SO, name)
+	LIBC_FN(getattr_np, "pthread_getattr_np");
+	LIBC_FN(self, "pthread_self");
+	LIBC_FN(attr_getstack, "pthread_attr_getstack");
+	LIBC_FN(attr_destroy, "pthread_attr_destroy");
+	LIBC_FN(dladdr1, "dladdr1");
+	LIBC_FN(dlopen, "dlopen");
+#undef LIBC_FN
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+	prof_fn.find_object =
+		(__typeof__(prof_fn.find_object))vmap_elf_symbol(LIBC_SO, "_dl_find_object");
+#endif
+}
 
 #ifdef VMAP_HAVE_LIBUNWIND
-#include "backend.h"
-
 /*
  * libunwind is not a dependency of libvmapalloc.so (DT_NEEDED would load it,
  * ~0.1 ms, into every process, profiled or not): vmap_profile_start() dlopen()s
@@ -132,7 +170,7 @@ struct stripe {
 	struct live_entry *e;
 } __attribute__((aligned(64)));
 
-bool vmap_profile_on;
+bool vmap_profile_on VMAP_HOT;
 __thread struct vmap_profile_tls vmap_profile_tls;
 uint8_t vmap_profile_filter[1u << VMAP_PROFILE_FILTER_BITS];
 
@@ -176,6 +214,7 @@ void vmap_profile_init(void)
 	}
 	mean_bytes = vmap_opt.profile_sample ? vmap_opt.profile_sample : 1;
 	large_mean = vmap_opt.profile_large_sample;
+	prof_fn_resolve();
 #ifndef VMAP_HAVE_LIBUNWIND
 	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_RELEASE); /* frame pointers: nothing to load */
 #endif
@@ -186,7 +225,7 @@ void vmap_profile_start(void)
 #ifdef VMAP_HAVE_LIBUNWIND
 	if (!vmap_opt.profile || vmap_profile_on || !sites || !site_index)
 		return;
-	void *h = dlopen(UNWIND_SONAME, RTLD_NOW | RTLD_LOCAL);
+	void *h = prof_fn.dlopen ? prof_fn.dlopen(UNWIND_SONAME, RTLD_NOW | RTLD_LOCAL) : NULL;
 	unw_backtrace_fn = h ? (int (*)(void **, int))vmap_elf_symbol(UNWIND_SONAME, "unw_backtrace")
 			     : NULL;
 	if (!unw_backtrace_fn) {
@@ -835,13 +874,14 @@ static bool stack_bounds(struct scache *c)
 		void *addr;
 		size_t size;
 		c->bounds = -1;
-		if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-			if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size) {
+		if (prof_fn.getattr_np && prof_fn.self && prof_fn.attr_getstack &&
+		    prof_fn.attr_destroy && prof_fn.getattr_np(prof_fn.self(), &attr) == 0) {
+			if (prof_fn.attr_getstack(&attr, &addr, &size) == 0 && size) {
 				c->lo = (uintptr_t)addr;
 				c->hi = (uintptr_t)addr + size;
 				c->bounds = 1;
 			}
-			pthread_attr_destroy(&attr);
+			prof_fn.attr_destroy(&attr);
 		}
 	}
 	return c->bounds == 1;
@@ -1111,7 +1151,8 @@ static void symbolize(struct symbolizer *z, uintptr_t addr, struct frame_name *o
 	Dl_info info;
 	struct link_map *lm = NULL;
 	/* addr is a return address: look up the call instruction before it. */
-	if (!dladdr1((void *)(addr - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+	if (!prof_fn.dladdr1 ||
+	    !prof_fn.dladdr1((void *)(addr - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
 		return;
 	out->rel = addr - lm->l_addr;
 	struct sym_obj *o = obj_get(z, lm);
@@ -1143,7 +1184,8 @@ static void locate_in_signal(struct symbolizer *z, uintptr_t addr, struct frame_
 	*out = (struct frame_name){NULL, 0, NULL, addr};
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 	struct dl_find_object fo;
-	if (_dl_find_object((void *)(addr - 1), &fo) == 0 && fo.dlfo_link_map) {
+	if (prof_fn.find_object && prof_fn.find_object((void *)(addr - 1), &fo) == 0 &&
+	    fo.dlfo_link_map) {
 		const struct link_map *lm = fo.dlfo_link_map;
 		out->object = lm->l_name && lm->l_name[0] ? base_of(lm->l_name) : exe_name(z);
 		out->rel = addr - lm->l_addr;

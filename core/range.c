@@ -54,6 +54,7 @@
 #include "counter.h"
 #include "fmt.h"
 #include "options.h"
+#include "section.h"
 
 #ifndef MADV_HUGEPAGE
 #define MADV_HUGEPAGE 14
@@ -72,7 +73,7 @@
 
 struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
 unsigned vmap_nregions;
-uintptr_t vmap_span_lo, vmap_span_hi;
+uintptr_t vmap_span_lo VMAP_HOT, vmap_span_hi VMAP_HOT; /* read by every free */
 bool vmap_guard_markers; /* MADV_GUARD_INSTALL works (Linux >= 6.13) */
 int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
 bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c) */

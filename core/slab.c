@@ -58,12 +58,13 @@
 #include "counter.h"
 #include "fmt.h"
 #include "lock.h"
+#include "section.h"
 
 #define CARVE_BYTES 4096 /* objects made ready per carve: about a page */
 
 
 
-bool vmap_slab_on;
+bool vmap_slab_on VMAP_HOT; /* read by every free of a pointer outside the arena */
 uint64_t vmap_slab_key;
 static uint64_t class_magic[NCLASSES];
 /* The current slab of a class that has none: its free list is always empty,

@@ -38,6 +38,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <gnu/lib-names.h>
 #include <signal.h>
 #include <string.h>
 
@@ -48,6 +49,7 @@
 #include "os.h"
 #include "profile.h"
 #include "range.h"
+#include "section.h"
 #include "vmapalloc.h"
 
 #define REPORT_VERSION 1
@@ -133,12 +135,21 @@ static long read_small(const char *path, char *buf, size_t cap)
 	return n;
 }
 
+/* s starts with key[0..kl): strncmp without importing it (issue 5). */
+static bool starts_with(const char *s, const char *key, size_t kl)
+{
+	for (size_t i = 0; i < kl; i++)
+		if (s[i] != key[i])
+			return false;
+	return true;
+}
+
 /* The number after "key" at the start of a line, or 0 (*found false). */
 static uint64_t field(const char *buf, const char *key, bool *found)
 {
 	size_t kl = strlen(key);
 	for (const char *l = buf; *l; l++) {
-		if ((l == buf || l[-1] == '\n') && strncmp(l, key, kl) == 0) {
+		if ((l == buf || l[-1] == '\n') && starts_with(l, key, kl)) {
 			const char *p = l + kl;
 			while (*p == ' ' || *p == '\t')
 				p++;
@@ -184,8 +195,9 @@ static uint64_t count_mappings(void)
 enum { WHEN_EXIT, WHEN_SIGNAL, WHEN_REQUEST };
 static const char *const when_name[] = {"exit", "signal", "request"};
 
-static uint64_t start_ns;
-static int self_pid, parent_pid;
+static uint64_t start_ns VMAP_HOT;
+static int parent_pid;
+static int fork_parent_pid; /* the forking process, taken before fork() */
 static int report_fd = 2;
 static int report_signal;
 static unsigned signal_reports;
@@ -770,7 +782,10 @@ static bool expand_path(const char *pat, const char *suffix, char *out, size_t c
 			}
 		if (n + sl + 1 > cap)
 			return false;
-		memmove(out + dot + sl, out + dot, n - dot + 1);
+		/* By hand, not memmove: one libc import (a symbol look-up in
+		 * every process at load, issue 5) for a path of a few bytes. */
+		for (size_t i = n + 1; i-- > dot;)
+			out[i + sl] = out[i];
 		memcpy(out + dot, suffix, sl);
 	}
 	return true;
@@ -844,25 +859,32 @@ static void install_signal(void)
 	unsigned i = (unsigned)vmap_opt.stats_signal;
 	if (i == 0 || i >= sizeof sigs / sizeof sigs[0])
 		return;
+	/* Looked up here, not imported: only VMAPALLOC_STATS_SIGNAL needs it,
+	 * and an import costs every process a symbol look-up at load. */
+	int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *) =
+		(__typeof__(sigaction_fn))vmap_elf_symbol(LIBC_SO, "sigaction");
 	struct sigaction sa, old;
-	memset(&sa, 0, sizeof sa);
+	memset(&sa, 0, sizeof sa); /* sa_mask: the empty set */
 	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART;
-	if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_DFL &&
+	if (!sigaction_fn) {
+		vmap_say("VMAPALLOC_STATS_SIGNAL: glibc's sigaction not found; no report on the signal",
+			 NULL, NULL);
+		return;
+	}
+	if (sigaction_fn(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_DFL &&
 	    old.sa_handler != SIG_IGN) {
 		vmap_say("VMAPALLOC_STATS_SIGNAL: the signal already has a handler; "
 			 "leaving it (no report on the signal)", NULL, NULL);
 		return;
 	}
-	if (sigaction(sigs[i], &sa, NULL) == 0)
+	if (sigaction_fn(sigs[i], &sa, NULL) == 0)
 		report_signal = sigs[i];
 }
 
 void vmap_stats_init(void)
 {
-	start_ns = vmap_os_now_ns();
-	self_pid = vmap_os_getpid();
+	start_ns = vmap_os_now_ns_syscall(); /* no vDSO page touched at start */
 	/* Programs may close fd 2 before our destructor runs (coreutils does it
 	 * in an atexit handler): keep a private duplicate, close-on-exec, high
 	 * enough to stay out of the program's way. */
@@ -874,10 +896,16 @@ void vmap_stats_init(void)
 	install_signal();
 }
 
+/* The parent's pid is asked for by fork, not at start: one getpid fewer in
+ * every process, and one more per fork, which costs far more anyway. */
+void vmap_stats_fork_prepare(void)
+{
+	fork_parent_pid = vmap_os_getpid();
+}
+
 void vmap_stats_fork_child(void)
 {
-	parent_pid = self_pid;
-	self_pid = vmap_os_getpid();
+	parent_pid = fork_parent_pid;
 	__atomic_store_n(&signal_busy, 0, __ATOMIC_RELAXED);
 	signal_reports = 0;
 }

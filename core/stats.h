@@ -22,7 +22,9 @@ void vmap_stats_xml(struct vmap_buf *b);
 /* At init, after the options: the start time, the duplicate of stderr for
  * the report, the VMAPALLOC_STATS_SIGNAL handler. */
 void vmap_stats_init(void);
-/* In a forked child: the parent's pid becomes the report's label. */
+/* Before fork (the parent's pid) and in the forked child: the parent's pid
+ * becomes the report's label. */
+void vmap_stats_fork_prepare(void);
 void vmap_stats_fork_child(void);
 /* The exit report to VMAPALLOC_STATS (stderr or a new file), if set. */
 void vmap_stats_at_exit(void);

@@ -47,10 +47,14 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 	return ptr_result(p);
 }
 
+/* An alias, as in glibc: a call to the exported mmap from here would go
+ * through the GOT, one more symbol look-up in every process (issue 5). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpragmas"
+#pragma GCC diagnostic ignored "-Wmissing-attributes"
 EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-	return mmap(addr, len, prot, flags, fd, off);
-}
+	__attribute__((alias("mmap")));
+#pragma GCC diagnostic pop
 
 EXPORT int munmap(void *addr, size_t len)
 {

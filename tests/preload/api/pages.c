@@ -1,0 +1,95 @@
+/*
+ * pages.c — the pages of libvmapalloc.so's data that a short process writes
+ * (issue 5: every page written costs every process a page fault).
+ *
+ *   api_pages           no allocation of its own
+ *   api_pages small     100 small allocations and frees first
+ *
+ * Counts the pages of the library's mappings that this process has written --
+ * present in /proc/self/pagemap and no longer the file's page
+ * (bit 61 clear: an anonymous copy) -- and fails above 2: the RELRO page
+ * (relocated by ld.so) and the page of .data that holds the VMAP_HOT
+ * variables (core/section.h).  A third means something init or the small
+ * path writes lies outside that section.
+ *
+ * The library's segments come from dl_iterate_phdr (which does not allocate);
+ * /proc/self/pagemap is read with pread(2): stdio would allocate, and the
+ * measure is of a process that does not.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <link.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_WRITTEN 2
+
+static int pm = -1;
+static int found;
+static unsigned long present, written;
+
+static int count_pages(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	(void)data;
+	if (!info->dlpi_name || !strstr(info->dlpi_name, "libvmapalloc.so"))
+		return 0;
+	found = 1;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD)
+			continue;
+		unsigned long lo = (info->dlpi_addr + ph->p_vaddr) & ~4095ul;
+		unsigned long hi = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz + 4095) & ~4095ul;
+		for (unsigned long a = lo; a < hi; a += 4096) {
+			uint64_t ent = 0;
+			if (pread(pm, &ent, sizeof ent, (off_t)(a / 4096 * 8)) != sizeof ent || !(ent >> 63))
+				continue;
+			present++;
+			/* Not the file's page (bit 61 clear): a private copy, i.e.
+			 * written (or, with an anonymous .bss mapping, the zero page
+			 * a read mapped: a fault all the same). */
+			if (!((ent >> 61) & 1)) {
+				written++;
+				if (getenv("PAGES_VERBOSE"))
+					printf("written: %#lx (segment at %#lx)\n", a - info->dlpi_addr,
+					       (unsigned long)ph->p_vaddr);
+			}
+		}
+	}
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "small") == 0) {
+		void *p[100];
+		for (int i = 0; i < 100; i++)
+			p[i] = malloc((size_t)(16 + 37 * i));
+		for (int i = 0; i < 100; i++)
+			free(p[(i * 37) % 100]);
+	}
+	pm = open("/proc/self/pagemap", O_RDONLY);
+	if (pm < 0) {
+		printf("SKIP: no /proc/self/pagemap\n");
+		return 77;
+	}
+	dl_iterate_phdr(count_pages, NULL);
+	close(pm);
+	if (!found) {
+		printf("FAIL: libvmapalloc.so is not loaded (run with LD_PRELOAD)\n");
+		return 1;
+	}
+	printf("libvmapalloc.so: %lu pages present, %lu written\n", present, written);
+	if (written > MAX_WRITTEN) {
+		printf("FAIL: %lu pages of libvmapalloc.so's data written by a process %s; at most %d "
+		       "(the RELRO page and the VMAP_HOT page of core/section.h)\n",
+		       written, argc > 1 ? "making small allocations" : "that does not allocate",
+		       MAX_WRITTEN);
+		return 1;
+	}
+	return 0;
+}
