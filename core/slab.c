@@ -51,6 +51,7 @@
  */
 #include "slab.h"
 
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 
@@ -113,8 +114,15 @@ void vmap_slab_init(void)
 		uint64_t size = vmap_slab_class_size(c);
 		class_magic[c] = ((1ull << 40) + size - 1) / size;
 	}
-	const uint64_t *rnd = (const uint64_t *)getauxval(AT_RANDOM);
-	uint64_t k = rnd ? rnd[0] ^ (rnd[1] << 1) : 0x9e3779b97f4a7c15ull;
+	/* The kernel's 16 random bytes have no alignment (they sit among the
+	 * strings at the top of the stack): copied, not loaded as words. */
+	const void *rnd = (const void *)getauxval(AT_RANDOM);
+	uint64_t k = 0x9e3779b97f4a7c15ull;
+	if (rnd) {
+		uint64_t w[2];
+		memcpy(w, rnd, sizeof w);
+		k = w[0] ^ (w[1] << 1);
+	}
 	vmap_slab_key = k | 1; /* never 0: a fresh object's second word is 0 */
 	__atomic_store_n(&vmap_slab_on, true, __ATOMIC_RELEASE);
 }
