@@ -586,10 +586,32 @@ size_t vmap_slab_usable(struct vmap_slab *d, const void *p, const char *who, boo
 	return d->size;
 }
 
+/* The caller's own slabs that other threads' frees emptied: their objects
+ * wait on the remote stacks, counted as used, until this thread next needs
+ * their class, which may be never; collected now, and the empty ones given
+ * back (the current slabs stay, as they always do). */
+static void trim_own(struct vmap_heap *h)
+{
+	for (unsigned c = 0; c < NCLASSES; c++) {
+		rescan_full(h, c); /* full -> partial or given back */
+		struct vmap_slab *d = h->partial[c], *next;
+		for (; d; d = next) {
+			next = d->next;
+			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED) || !collect(d) || d->used)
+				continue;
+			list_unlink(&h->partial[c], d);
+			retire(d);
+		}
+	}
+}
+
 void vmap_slab_trim(void)
 {
-	if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED))
-		reap_abandoned();
+	if (!__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED))
+		return;
+	reap_abandoned();
+	if (vmap_tls_heap)
+		trim_own(vmap_tls_heap);
 }
 
 /* ---- fork ------------------------------------------------------------------ */
