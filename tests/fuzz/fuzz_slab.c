@@ -63,6 +63,7 @@
 
 #include "alloc.h"
 #include "counter.h"
+#include "options.h"
 #include "range.h"
 #include "slab.h"
 
@@ -347,7 +348,18 @@ static void check_obj(const struct obj *o, const char *when)
 		check_slab_obj(o, when);
 }
 
-/* Records a new block into o (checked, pattern written). */
+/* Where the facade sends a request: the range allocator above SMALL_MAX
+ * (64 KiB unless the environment sets it) or for page alignment, the slabs up
+ * to 64 KiB, glibc in between when SMALL_MAX is larger. */
+static enum kind expected_kind(size_t size, size_t align)
+{
+	if (align >= VMAP_PAGE || size > vmap_opt.small_max)
+		return K_LARGE;
+	return size <= VMAP_SLAB_MAX ? K_SLAB : K_OTHER;
+}
+
+/* Records a new block into o (checked, pattern written); may_be_other: glibc's
+ * or an escape block is allowed too (re-entered, or realloc of glibc's). */
 static void take(struct obj *o, void *p, size_t size, size_t align, bool may_be_other,
 		 bool in_place, const char *when)
 {
@@ -358,15 +370,10 @@ static void take(struct obj *o, void *p, size_t size, size_t align, bool may_be_
 	o->usable = vmap_usable_size(p);
 	enum kind k = kind_of(p);
 	o->kind = (uint8_t)k;
-	if (k == K_OTHER && !may_be_other)
-		FAIL("%s(%zu, align %zu) = %p: neither a slab object nor an arena block", when, size,
-		     align, p);
-	if (size <= VMAP_SLAB_MAX && align < VMAP_PAGE && k == K_LARGE)
-		FAIL("%s(%zu, align %zu) = %p: a large block for a small request", when, size, align,
-		     p);
-	if ((size > VMAP_SLAB_MAX || align >= VMAP_PAGE) && k == K_SLAB)
-		FAIL("%s(%zu, align %zu) = %p: a slab object for a large request", when, size, align,
-		     p);
+	enum kind want = expected_kind(size, align);
+	if (!in_place && k != want && !(k == K_OTHER && may_be_other))
+		FAIL("%s(%zu, align %zu) = %p: kind %d (1 slab, 2 large, 3 glibc), expected %d",
+		     when, size, align, p, k, want);
 	/* (realloc keeps an object in place while the request fits in its
 	 * class and uses at least half of it: its class is then an older one) */
 	if (k == K_SLAB && align <= 16 && !in_place &&
@@ -476,6 +483,12 @@ static void model_large(int64_t *blocks, int64_t *bytes)
 			++*blocks;
 			*bytes += (int64_t)slots[i].usable;
 		}
+	for (int g = 0; g < GROUPS; g++) /* (large when SMALL_MAX is below their class) */
+		for (unsigned j = 0; j < groups[g].n; j++)
+			if (groups[g].o[j].kind == K_LARGE) {
+				++*blocks;
+				*bytes += (int64_t)groups[g].o[j].usable;
+			}
 	if ((size_t)*bytes != large_bytes)
 		FAIL("model: large bytes %lld, tracked %zu", (long long)*bytes, large_bytes);
 }
@@ -627,7 +640,7 @@ static size_t pick_size(uint8_t sel, uint32_t v)
 		return s;
 	}
 	case 5: return VMAP_SLAB_MAX - 8 + v % 17; /* the border with the range allocator */
-	case 6: return v % 300;
+	case 6: return vmap_opt.small_max - 8 + v % 17; /* the facade's border (if not 64 KiB) */
 	case 7: return VMAP_SLAB_MAX + 1 + v % MiB;
 	case 8: return v % (2 * MiB); /* (the range fuzzer covers larger ones) */
 	default: return v % 4096;
