@@ -51,6 +51,7 @@
  */
 #include "slab.h"
 
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 
@@ -114,8 +115,15 @@ void vmap_slab_init(void)
 		uint64_t size = vmap_slab_class_size(c);
 		class_magic[c] = ((1ull << 40) + size - 1) / size;
 	}
-	const uint64_t *rnd = (const uint64_t *)getauxval(AT_RANDOM);
-	uint64_t k = rnd ? rnd[0] ^ (rnd[1] << 1) : 0x9e3779b97f4a7c15ull;
+	/* The kernel's 16 random bytes have no alignment (they sit among the
+	 * strings at the top of the stack): copied, not loaded as words. */
+	const void *rnd = (const void *)getauxval(AT_RANDOM);
+	uint64_t k = 0x9e3779b97f4a7c15ull;
+	if (rnd) {
+		uint64_t w[2];
+		memcpy(w, rnd, sizeof w);
+		k = w[0] ^ (w[1] << 1);
+	}
 	vmap_slab_key = k | 1; /* never 0: a fresh object's second word is 0 */
 	__atomic_store_n(&vmap_slab_on, true, __ATOMIC_RELEASE);
 }
@@ -579,10 +587,32 @@ size_t vmap_slab_usable(struct vmap_slab *d, const void *p, const char *who, boo
 	return d->size;
 }
 
+/* The caller's own slabs that other threads' frees emptied: their objects
+ * wait on the remote stacks, counted as used, until this thread next needs
+ * their class, which may be never; collected now, and the empty ones given
+ * back (the current slabs stay, as they always do). */
+static void trim_own(struct vmap_heap *h)
+{
+	for (unsigned c = 0; c < NCLASSES; c++) {
+		rescan_full(h, c); /* full -> partial or given back */
+		struct vmap_slab *d = h->partial[c], *next;
+		for (; d; d = next) {
+			next = d->next;
+			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED) || !collect(d) || d->used)
+				continue;
+			list_unlink(&h->partial[c], d);
+			retire(d);
+		}
+	}
+}
+
 void vmap_slab_trim(void)
 {
-	if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED))
-		reap_abandoned();
+	if (!__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED))
+		return;
+	reap_abandoned();
+	if (vmap_tls_heap)
+		trim_own(vmap_tls_heap);
 }
 
 /* ---- fork ------------------------------------------------------------------ */

@@ -183,8 +183,9 @@ size_t vmap_slab_usable(struct vmap_slab *d, const void *p, const char *who, boo
 /* Gives this thread's slabs up (empty ones back to the arena, the others to
  * whichever thread next needs their class). */
 void vmap_slab_thread_exit(void);
-/* malloc_trim: slabs exited threads left, emptied since by other threads'
- * frees, go back to the range allocator (to be purged with the rest). */
+/* malloc_trim: slabs exited threads left and the caller's own slabs, emptied
+ * since by other threads' frees, go back to the range allocator (to be
+ * purged with the rest). */
 void vmap_slab_trim(void);
 void vmap_slab_fork_prepare(void);
 void vmap_slab_fork_parent(void);

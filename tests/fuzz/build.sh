@@ -3,6 +3,8 @@
 #
 #   OUTDIR/fuzz_range     range allocator ops vs a shadow model (core built with VMAP_DEBUG)
 #   OUTDIR/fuzz_options   the option parser vs a reference parser
+#   OUTDIR/fuzz_slab      malloc facade ops with VMAPALLOC_BACKEND=builtin, on two
+#                         threads, vs a shadow model (core built with VMAP_DEBUG)
 #
 # clang, not meson: meson's compiler for this project is gcc, and libFuzzer
 # needs clang (-fsanitize=fuzzer).  The core is compiled from source into each
@@ -46,11 +48,11 @@ if pkg-config --exists libunwind 2>/dev/null; then
     libs="$libs $(pkg-config --libs libunwind)"
 fi
 
-for t in range options; do
+for t in range options slab; do
     extra=
-    [ "$t" = range ] && extra=-DVMAP_DEBUG=1
+    [ "$t" != options ] && extra=-DVMAP_DEBUG=1
     # shellcheck disable=SC2086  # word splitting of the flag lists is intended
     $CLANG $cflags $extra -o "$out/fuzz_$t.new" "$src/tests/fuzz/fuzz_$t.c" $core $libs
     mv -f "$out/fuzz_$t.new" "$out/fuzz_$t"
 done
-echo "build.sh: built $out/fuzz_range $out/fuzz_options with $($CLANG --version | head -n 1)"
+echo "build.sh: built $out/fuzz_range $out/fuzz_options $out/fuzz_slab with $($CLANG --version | head -n 1)"

@@ -3,6 +3,7 @@
 
     corpus/range/*    operation sequences for fuzz_range (encoding: fuzz_range.c)
     corpus/options/*  environments for fuzz_options (encoding: fuzz_options.c)
+    corpus/slab/*     facade operation sequences for fuzz_slab (encoding: fuzz_slab.c)
 
 Run it again after changing an encoding; the fuzzers add what they find to
 a scratch copy (run.sh), never to these directories.
@@ -85,6 +86,87 @@ range_seeds = {
     "chunk-plus": alloc(0, 9, 0x000100) + free(0) + purge(0) + alloc(0, 9, 0x000200, 22),
 }
 
+# ---- fuzz_slab -------------------------------------------------------------
+# op % 16: 0-1 malloc(slot, sel, v24) 2 calloc(slot, n, sel, v24)
+# 3 memalign(slot, align, sel, v24) 4-5 free(slot) 6-7 realloc(slot, sel, v24)
+# 8 query(slot) 9 write(slot) 10 galloc(g, class, n, v) 11 gfree(g, mode)
+# 12 end (join the worker) 13 trim(pad) 14 reenter(slot, mode, sel, v24)
+# 15 check.  | W (0x10): on the worker thread.
+W = 0x10
+
+
+def s_malloc(slot, sel, v, w=0):
+    return bytes([0 | w, slot, sel]) + v24(v)
+
+
+def s_calloc(slot, n, sel, v, w=0):
+    return bytes([2 | w, slot, n, sel]) + v24(v)
+
+
+def s_memalign(slot, align, sel, v, w=0):
+    return bytes([3 | w, slot, align, sel]) + v24(v)
+
+
+def s_free(slot, w=0):
+    return bytes([4 | w, slot])
+
+
+def s_realloc(slot, sel, v, w=0):
+    return bytes([6 | w, slot, sel]) + v24(v)
+
+
+def s_query(slot, w=0):
+    return bytes([8 | w, slot])
+
+
+def s_galloc(g, cls, n, v=0, w=0):
+    return bytes([10 | w, g, cls, n, v])
+
+
+def s_gfree(g, mode, w=0):
+    return bytes([11 | w, g, mode])
+
+
+S_END = bytes([12])
+
+
+def s_trim(pad=0, w=0):
+    return bytes([13 | w, pad])
+
+
+def s_reenter(slot, mode, sel, v, w=0):
+    return bytes([14 | w, slot, mode, sel]) + v24(v)
+
+
+S_CHECK = bytes([15])
+
+slab_seeds = {
+    "sizes": b"".join(s_malloc(i, i % 10, 0x3a7 * (i + 1)) + s_query(i) for i in range(20)) +
+             b"".join(s_free(i) for i in range(0, 20, 2)) + S_CHECK,
+    "remote-frees": b"".join(s_malloc(i, 1, 100 + 37 * i) for i in range(16)) +
+                    b"".join(s_free(i, W) for i in range(16)) + b"".join(s_malloc(i, 1, 100 + 37 * i) for i in range(8)),
+    "worker-allocs": b"".join(s_malloc(i, 6, 7 * i, W) for i in range(16)) + b"".join(s_free(i) for i in range(8)) +
+                     S_END + b"".join(s_free(i) for i in range(8, 16)) + s_trim(),
+    "full-remote": s_galloc(0, 10, 7) + s_gfree(0, 0, W) + s_galloc(1, 10, 7) + s_gfree(1, 2, W) +
+                   s_galloc(0, 10, 3) + S_CHECK + s_trim(),
+    "abandon-adopt": s_galloc(1, 20, 7, 0, W) + S_END + s_gfree(1, 2) + s_galloc(2, 20, 7) + S_CHECK +
+                     s_gfree(2, 1) + s_gfree(1, 0) + s_trim(),
+    "abandon-reap": s_galloc(1, 3, 3, 0, W) + s_galloc(2, 40, 7, 0, W) + S_END + s_gfree(1, 0) +
+                    s_gfree(2, 3) + s_malloc(0, 0, 40) + s_trim() + S_CHECK,
+    "realloc-cross": s_malloc(0, 0, 100) + s_realloc(0, 7, 5000) + s_realloc(0, 1, 900) +
+                     s_realloc(0, 5, 3) + s_realloc(0, 5, 12) + s_realloc(0, 2, 4000, W) +
+                     s_realloc(0, 8, 0x12345) + s_realloc(0, 0, 50, W) + s_query(0),
+    "memalign": b"".join(s_memalign(i, i, i % 10, 977 * i, W if i % 3 == 0 else 0) for i in range(20)) +
+                b"".join(s_free(i, W if i % 2 else 0) for i in range(20)),
+    "calloc": b"".join(s_calloc(i, i, i % 10, 0x777 * i) for i in range(10)) + s_free(3) +
+              s_calloc(3, 2, 1, 500) + s_calloc(4, 1, 4, 9, W),
+    "reenter": s_malloc(0, 1, 300) + s_malloc(1, 7, 100) + s_reenter(0, 1, 0, 0) + s_reenter(1, 1, 0, 0) +
+               s_reenter(2, 0, 1, 77) + s_reenter(3, 0, 7, 77) + s_malloc(4, 3, 4000) +
+               s_reenter(4, 2, 1, 10) + s_realloc(2, 1, 200) + s_free(3),
+    "worker-restart": s_malloc(0, 3, 9999, W) + S_END + s_malloc(1, 3, 9999, W) + s_free(0) + S_END +
+                      s_galloc(3, 7, 5, 0, W) + S_END + s_galloc(0, 7, 5, 0, W) + s_gfree(3, 0, W) + S_END,
+}
+
 # ---- fuzz_options ------------------------------------------------------------
 # Byte 0: bit 0 = secure.  Entries separated by '\n'; first byte k of an
 # entry: k % 4 in (0, 1) -> "VMAPALLOC_<name #(k/4)>=" + rest; 2 ->
@@ -146,6 +228,7 @@ def write_dir(d, seeds):
 
 write_dir(os.path.join(here, "corpus", "range"), range_seeds)
 write_dir(os.path.join(here, "corpus", "options"), options_seeds)
+write_dir(os.path.join(here, "corpus", "slab"), slab_seeds)
 
 # A libFuzzer dictionary for the option parser: every name and the value words.
 with open(os.path.join(here, "options.dict"), "w") as f:
@@ -157,5 +240,5 @@ with open(os.path.join(here, "options.dict"), "w") as f:
                            "dontneed", "free", "auto", "atomic", "percpu", "text", "json", "none",
                            "USR1", "libc", "%p", "%e"]):
         f.write('w%d="%s"\n' % (i, w))
-print("make-corpus.py: %d range seeds, %d options seeds, %d option names"
-      % (len(range_seeds), len(options_seeds), len(names)), file=sys.stderr)
+print("make-corpus.py: %d range seeds, %d slab seeds, %d options seeds, %d option names"
+      % (len(range_seeds), len(slab_seeds), len(options_seeds), len(names)), file=sys.stderr)

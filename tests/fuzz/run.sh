@@ -5,16 +5,19 @@
 #              LAZY_MAX=32M, PURGE_DELAY_MS=1, caches on)            SECONDS
 #   range-alt  fuzz_range with PURGE_ADVICE=free, HUGEPAGE=0, CACHE=0,
 #              POOL_PAGES=8, SHARDS=3, RESERVE=256M (regions added often) SECONDS/2
-#   options    fuzz_options with tests/fuzz/options.dict               SECONDS
+#   slab       fuzz_slab, VMAPALLOC_BACKEND=builtin (the target's defaults:
+#              RESERVE=1G, SHARDS=2, PURGE_DELAY_MS=1)                  SECONDS
+#   options    fuzz_options with tests/fuzz/options.dict               SECONDS/2
+#              (a parser: it finds its coverage in seconds)
 #
 # Each run starts from the committed seeds (tests/fuzz/corpus/<target>) plus
 # what earlier runs in OUTDIR found (OUTDIR/work/<run>, never committed).
 # A failure leaves OUTDIR/artifacts/<run>/crash-* and prints how to replay it.
 # Appends "executions <run> N" lines to OUTDIR/fuzz-stats.txt.
-# fuzz_range runs in libFuzzer's fork mode (-fork=1: a fresh child process
-# every few seconds), because the arena keeps every chunk it ever claimed and
-# the debug model check after each operation walks them all: one long-lived
-# process slows down as it accumulates chunks.
+# fuzz_range and fuzz_slab run in libFuzzer's fork mode (-fork=1: a fresh
+# child process every few seconds), because the arena keeps every chunk it
+# ever claimed and the debug model check after each operation walks them all:
+# one long-lived process slows down as it accumulates chunks.
 # Meson test 'fuzz-short' runs this for 20 s; scripts/reliability fuzz-long N for N minutes.
 set -u
 
@@ -68,7 +71,8 @@ run range fuzz_range "$here/corpus/range" "$secs"
 run range-alt fuzz_range "$here/corpus/range" "$half" \
     VMAPALLOC_PURGE_ADVICE=free VMAPALLOC_HUGEPAGE=0 VMAPALLOC_CACHE=0 \
     VMAPALLOC_POOL_PAGES=8 VMAPALLOC_SHARDS=3 VMAPALLOC_RESERVE=256M
-run options fuzz_options "$here/corpus/options" "$secs"
+run slab fuzz_slab "$here/corpus/slab" "$secs"
+run options fuzz_options "$here/corpus/options" "$half"
 
 echo "run.sh: $total executions (inputs tried) in all, $fails failure(s)"
 [ "$fails" -eq 0 ]
