@@ -79,30 +79,8 @@ static size_t live_bytes;
 static unsigned ncpu_allowed;
 static int cpu_ids[1024];
 
-#define FAIL(...)                                                                   \
-	do {                                                                        \
-		fprintf(stderr, "fuzz_range: FAIL: " __VA_ARGS__);                  \
-		fputc('\n', stderr);                                                \
-		abort();                                                            \
-	} while (0)
-
-/* ---- input reader ------------------------------------------------------ */
-
-struct in {
-	const uint8_t *d;
-	size_t n, i;
-};
-
-static uint8_t u8(struct in *in)
-{
-	return in->i < in->n ? in->d[in->i++] : 0;
-}
-
-static uint32_t u24(struct in *in)
-{
-	uint32_t a = u8(in), b = u8(in), c = u8(in);
-	return a | b << 8 | c << 16;
-}
+#define FUZZ_NAME "fuzz_range"
+#include "fuzz_input.h"
 
 /* ---- patterns (unit.h's function, 3 offsets per page) ------------------- */
 

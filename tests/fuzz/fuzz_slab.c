@@ -104,30 +104,8 @@ static uint64_t seed_next = 1;
 
 static int main_cpu = -1;
 
-#define FAIL(...)                                                                   \
-	do {                                                                        \
-		fprintf(stderr, "fuzz_slab: FAIL: " __VA_ARGS__);                   \
-		fputc('\n', stderr);                                                \
-		abort();                                                            \
-	} while (0)
-
-/* ---- input reader ------------------------------------------------------ */
-
-struct in {
-	const uint8_t *d;
-	size_t n, i;
-};
-
-static uint8_t u8(struct in *in)
-{
-	return in->i < in->n ? in->d[in->i++] : 0;
-}
-
-static uint32_t u24(struct in *in)
-{
-	uint32_t a = u8(in), b = u8(in), c = u8(in);
-	return a | b << 8 | c << 16;
-}
+#define FUZZ_NAME "fuzz_slab"
+#include "fuzz_input.h"
 
 /* ---- the worker thread ----------------------------------------------------- */
 
