@@ -334,12 +334,20 @@ __attribute__((noinline, cold)) static void auto_switch(void)
 	slab_switch_on();
 }
 
+/* Whether the builtin slabs serve a small request of this size now (0 =
+ * they are off: only the size-0 test then needs the second compare). */
+static inline bool slab_serves(size_t size)
+{
+	size_t limit = __atomic_load_n(&vmap_slab_limit, __ATOMIC_RELAXED);
+	return size - 1 < limit || (size == 0 && limit);
+}
+
 static inline void *small_malloc(size_t size)
 {
 	if (__builtin_expect(++vmap_tls_small_count == __atomic_load_n(&vmap_auto_after,
 									 __ATOMIC_RELAXED), 0))
 		auto_switch();
-	if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) && size <= VMAP_SLAB_MAX && !vmap_reentered()) {
+	if (slab_serves(size) && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
 		if (__builtin_expect(p != NULL, 1))
 			return p;
@@ -350,7 +358,7 @@ static inline void *small_malloc(size_t size)
 
 static void *small_memalign(size_t align, size_t size)
 {
-	if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) && size <= VMAP_SLAB_MAX && !vmap_reentered()) {
+	if (slab_serves(size) && !vmap_reentered()) {
 		void *p = vmap_slab_memalign(align, size);
 		if (p)
 			return p;
@@ -363,24 +371,6 @@ static inline void small_free(void *p)
 	if (vmap_libc.free)
 		vmap_libc.free(p);
 }
-
-/* The slab holding p (builtin backend), or NULL: a large block or glibc's. */
-static inline struct vmap_slab *slab_of(const void *p)
-{
-	uintptr_t a = (uintptr_t)p;
-	/* glibc's pointers fail the span test (two words of the hot page): the
-	 * region table is not read, so a process that never set the arena up
-	 * does not fault its page in (issue 5). */
-	if (a - vmap_span_lo >= vmap_span_hi - vmap_span_lo)
-		return NULL;
-	struct vmap_region *r = &vmap_regions[0];
-	if (__builtin_expect(a - r->base >= r->size, 0)) {
-		if (!__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) || !(r = vmap_region_of(a)))
-			return NULL;
-	}
-	return vmap_slab_of(r, a);
-}
-
 
 /* ---- re-entry: signal handlers and fork handlers --------------------------- */
 
@@ -454,7 +444,7 @@ __attribute__((noinline, cold)) void vmap_deferred_drain(void)
 				continue;
 			size_t len = d->len;
 			__atomic_store_n(&d->a, 0, __ATOMIC_RELAXED);
-			struct vmap_slab *sl = len ? NULL : slab_of((void *)a);
+			struct vmap_slab *sl = len ? NULL : vmap_slab_at(a);
 			if (len) {
 				vmap_munmap((void *)a, len);
 			} else if (sl) {
@@ -622,7 +612,7 @@ void *vmap_malloc(size_t size)
 {
 	enter();
 	/* The builtin backend's objects first: the common case, in a few tests. */
-	if (size - 1 < __atomic_load_n(&vmap_slab_limit, __ATOMIC_RELAXED) && !vmap_reentered()) {
+	if (slab_serves(size) && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
 		if (__builtin_expect(p != NULL, 1)) {
 			count2(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs);
@@ -685,7 +675,8 @@ void vmap_free(void *p)
 	enter();
 	/* errno survives: the range path makes only raw system calls, which
 	 * never touch it, and glibc's free preserves it (since 2.33). */
-	struct vmap_slab *sl = slab_of(p);
+	struct vmap_region *r = vmap_region_of((uintptr_t)p);
+	struct vmap_slab *sl = r ? vmap_slab_of(r, (uintptr_t)p) : NULL;
 	if (sl) {
 		if (__builtin_expect(vmap_profile_on, 0))
 			prof_free(p, 0);
@@ -697,7 +688,7 @@ void vmap_free(void *p)
 		return;
 	}
 	count(VMAP_STAT_free_calls);
-	bool owned = vmap_range_owns(p);
+	bool owned = r != NULL;
 	if (__builtin_expect(vmap_profile_on, 0))
 		prof_free(p, owned);
 	if (owned) {
@@ -723,7 +714,7 @@ void *vmap_calloc(size_t n, size_t size)
 	if (!is_large(total)) {
 		count(VMAP_STAT_small_allocs);
 		void *p;
-		if (__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED) && total <= VMAP_SLAB_MAX) {
+		if (slab_serves(total)) {
 			p = small_malloc(total);
 			if (p)
 				memset(p, 0, total);
@@ -752,7 +743,7 @@ void *vmap_calloc(size_t n, size_t size)
 
 static size_t usable(void *p)
 {
-	struct vmap_slab *sl = slab_of(p);
+	struct vmap_slab *sl = vmap_slab_at((uintptr_t)p);
 	if (sl)
 		return vmap_slab_usable(sl, p, "malloc_usable_size", false);
 	if (vmap_range_owns(p))
@@ -807,7 +798,7 @@ void *vmap_realloc(void *p, size_t size)
 		prof_free(p, -1);
 	void *q;
 	struct escape *e;
-	struct vmap_slab *sl = slab_of(p);
+	struct vmap_slab *sl = vmap_slab_at((uintptr_t)p);
 	if (sl) {
 		/* Kept while it fits and at least half of it stays used. */
 		size_t old = vmap_slab_usable(sl, p, "realloc", true);

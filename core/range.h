@@ -201,10 +201,16 @@ extern uintptr_t vmap_span_lo, vmap_span_hi;
 
 static inline struct vmap_region *vmap_region_of(uintptr_t a)
 {
-	if (a - vmap_span_lo >= vmap_span_hi - vmap_span_lo)
+	uintptr_t hi = __atomic_load_n(&vmap_span_hi, __ATOMIC_ACQUIRE); /* a plain load on x86-64 */
+	if (a - vmap_span_lo >= hi - vmap_span_lo)
 		return NULL;
+	/* The first region (the usual one): no count to load, no loop.  Its
+	 * base and size are written before the span covers it (release, read
+	 * above with acquire), and never change after. */
+	if (a - vmap_regions[0].base < vmap_regions[0].size)
+		return &vmap_regions[0];
 	unsigned n = __atomic_load_n(&vmap_nregions, __ATOMIC_ACQUIRE);
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 1; i < n; i++)
 		if (a - vmap_regions[i].base < vmap_regions[i].size)
 			return &vmap_regions[i];
 	return NULL;

@@ -59,13 +59,12 @@
 #include "counter.h"
 #include "fmt.h"
 #include "lock.h"
-#include "section.h"
 
 #define CARVE_BYTES 4096 /* objects made ready per carve: about a page */
 
 
 
-bool vmap_slab_on VMAP_HOT; /* read by every free of a pointer outside the arena */
+bool vmap_slab_on;
 uint64_t vmap_slab_key;
 static uint64_t class_magic[NCLASSES];
 /* The current slab of a class that has none: its free list is always empty,
@@ -77,7 +76,7 @@ __thread struct vmap_heap *vmap_tls_heap;
 static __thread uint8_t vmap_tls_heap_state;
 
 static struct vmap_lock slab_lock = VMAP_LOCK_INIT; /* leaf: the lists below */
-static struct vmap_heap *heap_free_list, *heap_all;
+static struct vmap_heap *heap_free_list;
 static struct vmap_slab *abandoned[NCLASSES];
 /* Remote frees into abandoned slabs, and the count when they were last reaped. */
 static uint64_t abandoned_frees, abandoned_reaped;
@@ -456,10 +455,8 @@ static struct vmap_heap *heap_get(void)
 {
 	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
 	struct vmap_heap *h = heap_free_list;
-	if (h) {
+	if (h)
 		heap_free_list = h->next_free;
-		h->in_use = true;
-	}
 	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
 	if (h)
 		return h;
@@ -472,11 +469,6 @@ static struct vmap_heap *heap_get(void)
 	h = m;
 	for (unsigned c = 0; c < NCLASSES; c++)
 		h->cur[c] = &vmap_slab_none;
-	h->in_use = true;
-	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
-	h->next_all = heap_all;
-	heap_all = h;
-	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
 	return h;
 }
 
@@ -525,7 +517,6 @@ void vmap_slab_thread_exit(void)
 		return;
 	heap_abandon(h);
 	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
-	h->in_use = false;
 	h->next_free = heap_free_list;
 	heap_free_list = h;
 	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);

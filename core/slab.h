@@ -55,11 +55,10 @@ struct vmap_heap {
 	struct vmap_slab *full[NCLASSES];
 	uint32_t hint[NCLASSES];      /* atomic: remote frees into this heap's full slabs */
 	uint32_t hint_seen[NCLASSES];
-	struct vmap_heap *next_free, *next_all;
-	bool in_use;
+	struct vmap_heap *next_free; /* on the recycle list */
 };
 
-/* Set at init when the builtin backend is chosen. */
+/* Set once the slabs are switched on (BACKEND=builtin at init, auto later). */
 extern bool vmap_slab_on;
 extern uint64_t vmap_slab_key;          /* a freed object's second word is key ^ address */
 extern struct vmap_slab vmap_slab_none; /* its free list is always empty */
@@ -170,11 +169,19 @@ static inline struct vmap_slab *vmap_slab_of(struct vmap_region *r, uintptr_t p)
 	return __atomic_load_n(&t[(p - r->base) >> VMAP_SLAB_UNIT_SHIFT].head, __ATOMIC_RELAXED);
 }
 
+/* The slab holding p, or NULL (a large block, glibc's, or no pointer of
+ * ours): the span test of vmap_region_of rejects glibc's pointers with two
+ * words of the hot page, without reading the region table (issue 5). */
+static inline struct vmap_slab *vmap_slab_at(uintptr_t p)
+{
+	struct vmap_region *r = vmap_region_of(p);
+	return r ? vmap_slab_of(r, p) : NULL;
+}
+
 /* Whether p lies in a slab (so is a small object, not a large block). */
 static inline bool vmap_in_slab(uintptr_t p)
 {
-	struct vmap_region *r = vmap_region_of(p);
-	return r && vmap_slab_of(r, p);
+	return vmap_slab_at(p) != NULL;
 }
 
 /* The usable size of object p (checked as for free; with live, a freed
