@@ -1218,17 +1218,22 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	if (!vmap_os_is_err(m) && !(how & MREMAP_DONTUNMAP))
 		vmap_os_map_fresh(old, moved);
 	if (vmap_os_is_err(m)) {
-		/* Kernels without MREMAP_DONTUNMAP (or, before 6.17, a range of
-		 * several VMAs), or a failure near the VMA limit that may have
-		 * unmapped part of q: map q again, then copy (the program may have
-		 * made the old pages unreadable: they are reset after). */
-		if (vmap_os_map_fresh(q, moved)) {
+		/* Nothing moved (kernels without MREMAP_DONTUNMAP; before 6.17 a
+		 * range of several VMAs), or, near the VMA limit, some pieces did
+		 * (6.17+ moves VMA by VMA): every byte goes back to the old range
+		 * (q, served or carved, read zero), holes in q are mapped again,
+		 * then the bytes are copied.  The program may have made the old
+		 * pages unreadable: they are reset after. */
+		if (st & VMAP_TAG_ATTR)
+			vmap_os_mprotect(old, moved, PROT_READ | PROT_WRITE);
+		if (vmap_move_undo(old, q, moved) != 0) {
+			/* (-1, a hole left in the old range by a plain move that
+			 * cannot be mapped again, loses the pieces moved: only
+			 * for locked pages at the VMA limit.) */
 			bool any = false;
 			walk((uintptr_t)q, (uintptr_t)q + nl, unmap_piece, &any); /* give q back */
 			return (void *)(intptr_t)-ENOMEM;
 		}
-		if (st & VMAP_TAG_ATTR)
-			vmap_os_mprotect(old, moved, PROT_READ | PROT_WRITE);
 		memcpy(q, old, moved);
 	}
 	/* The moved pages carry their VMAs' attributes; copied or added pages

@@ -48,6 +48,10 @@ long vmap_os_madvise_batch(const void *iov, size_t n, int advice);
 /* Replaces [addr, addr+len) with a fresh RW + NORESERVE anonymous mapping
  * (zero, no leftover protection, advice or lock): 0 or -errno. */
 int vmap_os_map_fresh(void *addr, size_t len);
+/* Maps [addr, addr+len) fresh only if none of it is mapped
+ * (MAP_FIXED_NOREPLACE; checked by address on kernels before 4.17, which
+ * take it as a hint): 0 or -errno (-EEXIST when something is there). */
+int vmap_os_map_hole(void *addr, size_t len);
 
 /* Reserve len bytes of address space, RW + NORESERVE (untouched pages are free). */
 void *vmap_os_reserve(size_t len, size_t align);

@@ -19,6 +19,7 @@
 #include "section.h"
 
 #include <elf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -33,6 +34,9 @@
 
 #ifndef SYS_process_madvise
 #define SYS_process_madvise 440
+#endif
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
 #endif
 #ifndef PIDFD_SELF
 #define PIDFD_SELF (-10000)
@@ -111,6 +115,19 @@ int vmap_os_map_fresh(void *addr, size_t len)
 	void *m = vmap_os_mmap(addr, len, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 	return vmap_os_is_err(m) ? vmap_os_err(m) : 0;
+}
+
+int vmap_os_map_hole(void *addr, size_t len)
+{
+	void *m = vmap_os_mmap(addr, len, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE, -1, 0);
+	if (vmap_os_is_err(m))
+		return vmap_os_err(m);
+	if (m != addr) {
+		vmap_os_munmap(m, len);
+		return -EEXIST;
+	}
+	return 0;
 }
 
 void *vmap_os_reserve(size_t len, size_t align)

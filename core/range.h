@@ -32,6 +32,11 @@ bool vmap_range_resize(void *p, size_t size);
  * p's pages were moved there (mremap) and p is gone; otherwise the caller
  * copies and frees p.  NULL when no area could be had (p intact). */
 void *vmap_range_move(void *p, size_t size, bool *moved);
+/* After an mremap of p (len bytes) to q that failed, possibly part way: puts
+ * every byte back in p, given that q read zero before; maps holes in p and q
+ * again.  0: done; 1: p done but part of q could not be mapped again; -1: a
+ * hole in p could not be refilled (its bytes are still in q). */
+int vmap_move_undo(void *p, void *q, size_t len);
 bool vmap_range_owns(const void *p);
 size_t vmap_range_purge(bool all);
 void vmap_range_fork_prepare(void);

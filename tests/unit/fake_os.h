@@ -34,6 +34,7 @@ enum fake_fn {
 	FAKE_MREMAP,
 	FAKE_RESERVE,
 	FAKE_MAP_FRESH,
+	FAKE_MAP_HOLE,
 	FAKE_NFN
 };
 
@@ -66,6 +67,11 @@ void fake_batch_mode(enum fake_batch mode);
 /* Copies the recorded ranges with this advice (both paths) to out[];
  * returns how many there are (possibly more than max). */
 unsigned fake_advised(int advice, struct fake_range *out, unsigned max);
+/* A failing mremap fails part way, as Linux 6.17+ can for a source of
+ * several VMAs near vm.max_map_count: it first really moves the source's
+ * first `moved` bytes (same flags) and unmaps the next `hole` bytes of the
+ * destination.  0, 0: fail before doing anything (the default). */
+void fake_mremap_partial(size_t moved, size_t hole);
 /* Sizes asked of vmap_os_reserve, in call order. */
 unsigned fake_reserve_sizes(size_t *out, unsigned max);
 

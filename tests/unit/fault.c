@@ -275,10 +275,68 @@ Test(fault, mremap_failure_leaves_the_block_for_the_caller_to_copy)
 	vmap_range_check();
 }
 
-/* F3: near vm.max_map_count a failed MREMAP_FIXED may unmap part of the
- * destination, and mapping it again may fail too: the move gives up.  The
- * destination is retired (foreign: never handed out again while its pages
- * may be missing), and no longer counted as a live block. */
+/* F11: since Linux 6.17 mremap moves a source of several VMAs one VMA at a
+ * time, and near vm.max_map_count it can fail after moving the first pieces
+ * (their old range left empty by MREMAP_DONTUNMAP) with the destination of
+ * the next one unmapped.  The bytes moved must come back: realloc used to
+ * map the destination afresh over them and copy the emptied source. */
+static size_t first_nonzero(const unsigned char *c, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (c[i])
+			return i;
+	return SIZE_MAX;
+}
+
+static const char *const one_shard[] = {"VMAPALLOC_SHARDS=1", NULL};
+
+static void partial_move(bool dirty_destination)
+{
+	range_setup(dirty_destination ? one_shard : quiet);
+	bool zero;
+	unsigned char *p = vmap_range_alloc(4 * MiB, VMAP_PAGE, &zero);
+	size_t old = vmap_range_usable(p, "test");
+	fill(p, 3 * MiB, 66); /* the last MiB is never touched: it reads zero */
+	unsigned char *d = NULL;
+	if (dirty_destination) { /* a resident, written area for the move to get */
+		d = vmap_range_alloc(16 * MiB, VMAP_PAGE, &zero);
+		fill(d, 16 * MiB, 99);
+		vmap_range_free(d, "free");
+	}
+	fake_fail_next(FAKE_MREMAP, 1, ENOMEM);
+	fake_mremap_partial(1 * MiB + 3 * VMAP_PAGE, 512 * KiB);
+	bool moved = true;
+	unsigned char *q = vmap_range_move(p, 16 * MiB, &moved);
+	cr_assert_not_null(q);
+	if (dirty_destination)
+		cr_assert_eq(q, d, "the test's premise: the move gets the written area");
+	cr_assert_not(moved);
+	cr_assert_eq(fake_failures(FAKE_MREMAP), 1);
+	cr_assert_eq(fake_calls(FAKE_MAP_HOLE), 1, "the hole in the destination is mapped again");
+	cr_assert(check(p, 3 * MiB, 66), "the moved pieces are back in p");
+	cr_assert_eq(first_nonzero(p + 3 * MiB, old - 3 * MiB), SIZE_MAX, "nothing from q's past");
+	memcpy(q, p, old); /* what realloc does next */
+	vmap_range_free(p, "free");
+	cr_assert(check(q, 3 * MiB, 66));
+	cr_assert_eq(first_nonzero(q + 3 * MiB, old - 3 * MiB), SIZE_MAX);
+	cr_assert_eq(vmap_tag_state(tag_of(q)), VMAP_ST_LIVE);
+	vmap_range_free(q, "free");
+	vmap_range_check();
+}
+
+Test(fault, move_failing_part_way_loses_nothing)
+{
+	partial_move(false);
+}
+
+Test(fault, move_failing_part_way_into_a_written_area_loses_nothing)
+{
+	partial_move(true);
+}
+
+/* F3: ... and when the hole cannot be mapped again (the VMA limit), the move
+ * gives up with p whole.  The destination is retired (foreign: never handed
+ * out again while its pages may be missing), and no longer counted live. */
 Test(fault, move_whose_destination_cannot_be_mapped_again_is_not_counted_live)
 {
 	range_setup(quiet);
@@ -289,17 +347,18 @@ Test(fault, move_whose_destination_cannot_be_mapped_again_is_not_counted_live)
 	int64_t blocks = ctr(VMAP_STAT_large_blocks_in_use);
 	int64_t bytes = ctr(VMAP_STAT_large_bytes_in_use);
 	fake_fail_always(FAKE_MREMAP, ENOMEM);
-	fake_fail_always(FAKE_MAP_FRESH, ENOMEM);
+	fake_mremap_partial(2 * MiB, 256 * KiB);
+	fake_fail_always(FAKE_MAP_HOLE, ENOMEM);
 	bool moved = true;
 	cr_assert_null(vmap_range_move(p, 16 * MiB, &moved));
 	cr_assert_not(moved);
-	cr_assert_eq(fake_calls(FAKE_MAP_FRESH), 1);
+	cr_assert_eq(fake_calls(FAKE_MAP_HOLE), 1);
 	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), blocks, "the retired destination is not live");
 	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), bytes);
 	cr_assert_eq(vmap_tag_state(tag_of(p)), VMAP_ST_LIVE, "p is still the caller's");
-	cr_assert(check(p, old, 55), "p intact");
+	cr_assert(check(p, old, 55), "p intact, its moved half back");
 	fake_fail_clear(FAKE_MREMAP);
-	fake_fail_clear(FAKE_MAP_FRESH);
+	fake_fail_clear(FAKE_MAP_HOLE);
 	vmap_range_free(p, "free");
 	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), blocks - 1);
 	vmap_range_check();
