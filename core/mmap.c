@@ -406,7 +406,7 @@ static int make_unmapped(uintptr_t a, uintptr_t e, bool attr)
 		if (rc)
 			return rc;
 	}
-	if (vmap_guard_markers) {
+	if (vmap_guard_markers()) {
 		int rc = vmap_os_madvise((void *)a, len, MADV_GUARD_INSTALL);
 		if (rc == 0)
 			return 0;
@@ -877,6 +877,10 @@ static int range_op(enum range_op op, void *addr, size_t len, long arg, unsigned
 	walk(a, e, apply_piece, &ap);
 	if (ap.rc)
 		return ap.rc;
+	/* The kernel refuses an advice it does not know before looking at the
+	 * range; with no mapped piece to try it on, ask it with an empty range. */
+	if (ap.hole && op == OP_MADVISE && vmap_os_madvise(NULL, 0, arg) == -EINVAL)
+		return -EINVAL;
 	return ap.hole ? -ENOMEM : 0;
 }
 
@@ -1105,6 +1109,29 @@ static void *remap_fixed(struct vmap_region *r, struct piece *p, void *old, size
 	return m;
 }
 
+/* Does the kernel know MREMAP_DONTUNMAP (Linux >= 5.7)?  It checks the flags
+ * before it looks up the range: for a page that cannot be mapped it says
+ * EFAULT where it knows the flag, EINVAL where it does not.  On x86_64 the
+ * page just below 2^47 is past TASK_SIZE (never mapped, 4-level or not
+ * opted into 5-level addresses); elsewhere the flag is taken as known.
+ * Asked once, on the program's first DONTUNMAP of served memory. */
+static bool kernel_has_dontunmap(void)
+{
+#if defined(__x86_64__)
+	static int known; /* 0 not asked, 1 yes, -1 no */
+	int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+	if (!k) {
+		void *m = vmap_os_mremap((void *)0x7ffffffff000UL, VMAP_PAGE, VMAP_PAGE,
+					 MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+		k = vmap_os_is_err(m) && vmap_os_err(m) == EINVAL ? -1 : 1;
+		__atomic_store_n(&known, k, __ATOMIC_RELAXED);
+	}
+	return k > 0;
+#else
+	return true;
+#endif
+}
+
 void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
 {
 	uintptr_t a = (uintptr_t)old, d = (uintptr_t)new_addr;
@@ -1117,6 +1144,8 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 		return (void *)(intptr_t)-EINVAL;
 	if ((flags & MREMAP_DONTUNMAP) && (!(flags & MREMAP_MAYMOVE) || old_len != new_len))
 		return (void *)(intptr_t)-EINVAL;
+	if ((flags & MREMAP_DONTUNMAP) && !kernel_has_dontunmap())
+		return (void *)(intptr_t)-EINVAL; /* as the kernel says: it knows no such flag */
 	if (a & (VMAP_PAGE - 1))
 		return (void *)(intptr_t)-EINVAL;
 	size_t ol = (old_len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);

@@ -156,7 +156,7 @@ static unsigned release(unsigned n, int advice)
 			/* Lazily unmapped by the program (PROT_NONE, resident): the
 			 * pages go, the range must keep faulting. */
 			void *a = (void *)victims[i].a;
-			if (vmap_guard_markers) {
+			if (vmap_guard_markers()) {
 				vmap_os_madvise(a, len, MADV_GUARD_INSTALL);
 				vmap_os_mprotect(a, len, PROT_READ | PROT_WRITE);
 			} else {

@@ -74,7 +74,7 @@
 struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
 unsigned vmap_nregions;
 uintptr_t vmap_span_lo VMAP_HOT, vmap_span_hi VMAP_HOT; /* read by every free */
-bool vmap_guard_markers; /* MADV_GUARD_INSTALL works (Linux >= 6.13) */
+static int vmap_guard_markers_state; /* 0 not probed yet, 1 MADV_GUARD_INSTALL works, -1 not */
 int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
 bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c) */
 static unsigned vmap_moves;
@@ -601,11 +601,27 @@ void vmap_unprotect(uintptr_t a, uint64_t pages)
 	__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
 }
 
+/* Can this kernel mark pages as faulting without splitting the VMA
+ * (MADV_GUARD_INSTALL, Linux >= 6.13)?  Asked of the kernel the first
+ * time it matters (VMAPALLOC_GUARD, or the program's first munmap of served
+ * memory), so a process that never needs it makes no system call for it. */
+bool vmap_guard_markers(void)
+{
+	int st = __atomic_load_n(&vmap_guard_markers_state, __ATOMIC_RELAXED);
+	if (__builtin_expect(st != 0, 1))
+		return st > 0;
+	/* The kernel checks the advice before the range: an empty range at 0
+	 * tells a known advice (0) from an unknown one (EINVAL). */
+	st = vmap_os_madvise(NULL, 0, MADV_GUARD_INSTALL) == 0 ? 1 : -1;
+	__atomic_store_n(&vmap_guard_markers_state, st, __ATOMIC_RELAXED);
+	return st > 0;
+}
+
 /* Makes guarded pages (munmap()ed by the program) usable again: zero-filled. */
 void vmap_unguard(uintptr_t a, uint64_t pages)
 {
 	size_t len = (size_t)pages << VMAP_PAGE_SHIFT;
-	if (vmap_guard_markers)
+	if (vmap_guard_markers())
 		vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE);
 	else
 		vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE);
@@ -1281,16 +1297,8 @@ int vmap_range_init(void)
 	int rc = region_add(vmap_reserve_size, REGION_FLOOR);
 	if (rc)
 		return rc;
-	/* Can this kernel mark pages as faulting without splitting the VMA
-	 * (MADV_GUARD_INSTALL, Linux >= 6.13)?  Probed on a throwaway page. */
-	void *probe = vmap_os_mmap(NULL, VMAP_PAGE, PROT_READ | PROT_WRITE,
-				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (!vmap_os_is_err(probe)) {
-		vmap_guard_markers = vmap_os_madvise(probe, VMAP_PAGE, MADV_GUARD_INSTALL) == 0;
-		vmap_os_munmap(probe, VMAP_PAGE);
-	}
-	vmap_guard_on = vmap_opt.guard && vmap_guard_markers;
-	if (vmap_opt.guard && !vmap_guard_markers)
+	vmap_guard_on = vmap_opt.guard && vmap_guard_markers();
+	if (vmap_opt.guard && !vmap_guard_on)
 		vmap_say("VMAPALLOC_GUARD=1 needs MADV_GUARD_INSTALL (Linux 6.13 or later); ",
 			 "guard gaps stay in place but do not trap", NULL);
 	return 0;

@@ -257,7 +257,8 @@ void vmap_purge_maybe(uint64_t now);
 
 /* For mmap.c: the pieces of range.c it builds on (shard lock held where
  * the name says _locked). */
-extern bool vmap_guard_markers;
+/* MADV_GUARD_INSTALL works (Linux >= 6.13); probed on first use. */
+bool vmap_guard_markers(void);
 extern bool vmap_threads_seen;
 struct vmap_shard *vmap_shard_here(unsigned *cpu);
 void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, uint64_t pages,
