@@ -1241,7 +1241,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	 * moved the plain way, and the hole they leave is filled at once. */
 	int how = MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP;
 	bool locked = locked_in(r, p.head, st, a, moved);
-	if (locked)
+	if (locked || !kernel_has_dontunmap())
 		how &= ~MREMAP_DONTUNMAP;
 	void *m = vmap_os_mremap(old, moved, moved, how, q);
 	if (!vmap_os_is_err(m) && !(how & MREMAP_DONTUNMAP))

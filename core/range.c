@@ -78,6 +78,7 @@ static int vmap_guard_markers_state; /* 0 not probed yet, 1 MADV_GUARD_INSTALL w
 int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
 bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c) */
 static unsigned vmap_moves;
+static bool vmap_moves_refused; /* the kernel refused MREMAP_DONTUNMAP */
 #define VMAP_MAX_MOVES 4096 /* <= 8192 extra VMAs of the process's 65530 */
 struct vmap_shard *vmap_shards;
 unsigned vmap_nshards; /* 0 until the shards are mapped */
@@ -1218,9 +1219,17 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	size_t span = (size_t)(pages - vmap_guard_on) << VMAP_PAGE_SHIFT;
 	/* A move that fails part way is undone by merging q back into p, which
 	 * needs q to read zero where nothing moved (vmap_move_undo). */
+	if (__atomic_load_n(&vmap_moves_refused, __ATOMIC_RELAXED))
+		return q; /* a kernel before 5.7: copy */
 	if (!zero && vmap_os_madvise(q, span, MADV_DONTNEED))
 		return q; /* (cannot happen to an arena area: then copy) */
 	void *m = vmap_os_mremap(p, span, span, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
+	if (vmap_os_is_err(m) && vmap_os_err(m) == EINVAL) {
+		/* The arguments are checked before anything moves: this kernel
+		 * does not know MREMAP_DONTUNMAP.  Copy, now and from now on. */
+		__atomic_store_n(&vmap_moves_refused, true, __ATOMIC_RELAXED);
+		return q;
+	}
 	if (!vmap_os_is_err(m))
 		guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE); /* marker gone: reads zero */
 	if (vmap_os_is_err(m)) {
@@ -1297,6 +1306,7 @@ int vmap_range_init(void)
 	int rc = region_add(vmap_reserve_size, REGION_FLOOR);
 	if (rc)
 		return rc;
+	vmap_moves_refused = false;
 	vmap_guard_on = vmap_opt.guard && vmap_guard_markers();
 	if (vmap_opt.guard && !vmap_guard_on)
 		vmap_say("VMAPALLOC_GUARD=1 needs MADV_GUARD_INSTALL (Linux 6.13 or later); ",
