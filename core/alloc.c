@@ -58,6 +58,15 @@ extern char **environ;
  * general path). */
 static size_t vmap_slab_limit VMAP_HOT;
 static uint32_t vmap_auto_after VMAP_HOT; /* BACKEND=auto: 0 = no switch to come (see small_malloc) */
+/* Requests above this size are large (the arena's): SMALL_MAX, but with
+ * BACKEND=auto, as long as no arena is set up, at least glibc's first mmap
+ * threshold (128 KiB): a short process whose blocks glibc would keep in its
+ * heap sets up no arena at all (bench/tiny.c: 14 blocks of 64-128 KiB).  The
+ * first larger block (or served mmap, or the switch to the slabs) sets the
+ * arena up, and from then on blocks over SMALL_MAX go there.  Not with
+ * GUARD=1, which wants every block over SMALL_MAX guarded. */
+static size_t vmap_large_above VMAP_HOT;
+#define AUTO_LARGE_ABOVE ((size_t)128 << 10)
 static void slab_switch_on(void);
 
 enum { INIT_NONE, INIT_BUSY, INIT_DONE };
@@ -103,8 +112,11 @@ __attribute__((noinline, cold)) static bool range_setup_slow(void)
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		vmap_tls_in_range_setup = true;
 		bool ok = vmap_range_init() == 0;
-		if (ok)
+		if (ok) {
 			vmap_cache_init(vmap_os_ncpu());
+			/* Its set-up paid for, the arena takes all it is best at. */
+			__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
+		}
 		else
 			vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
 				 "large allocations go to glibc", NULL);
@@ -211,6 +223,9 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		slab_switch_on(); /* its slabs come from the arena, set up with the first */
 	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
 		vmap_auto_after = (uint32_t)vmap_opt.auto_after;
+	vmap_large_above = vmap_opt.small_max;
+	if (vmap_auto_after && !vmap_opt.guard && vmap_large_above < AUTO_LARGE_ABOVE)
+		vmap_large_above = AUTO_LARGE_ABOVE; /* (GUARD=1 wants every block over SMALL_MAX guarded) */
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
 	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
@@ -331,6 +346,7 @@ static void slab_switch_on(void)
 __attribute__((noinline, cold)) static void auto_switch(void)
 {
 	__atomic_store_n(&vmap_auto_after, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
 	slab_switch_on();
 }
 
@@ -587,7 +603,7 @@ __attribute__((noinline, cold)) static void *small_refused(size_t size)
 
 static bool is_large(size_t size)
 {
-	return size > vmap_opt.small_max && range_ready();
+	return size > __atomic_load_n(&vmap_large_above, __ATOMIC_RELAXED) && range_ready();
 }
 
 /* Range allocation with glibc as the fallback; NULL only when both refuse.

@@ -18,7 +18,7 @@
 extern char **environ;
 
 /* Drops inherited VMAPALLOC_* variables, then sets the given ones. */
-static void env_setup(const char *const *vars)
+static void env_set(const char *const *vars)
 {
 	for (;;) {
 		char name[256] = "";
@@ -46,6 +46,12 @@ static void env_setup(const char *const *vars)
 		*eq = '\0';
 		setenv(buf, eq + 1, 1);
 	}
+}
+
+/* ... then initialises vmapalloc and sets the arena up. */
+static void env_setup(const char *const *vars)
+{
+	env_set(vars);
 	vmap_init();
 	cr_assert(!vmap_range_enabled(), "the arena is set up on the first large request only");
 	cr_assert(vmap_range_ready(), "the arena could be reserved");
@@ -67,25 +73,61 @@ Test(alloc, malloc_zero_returns_unique_pointers, .init = setup)
 	vmap_free(b);
 }
 
-Test(alloc, small_requests_go_to_glibc_large_to_the_arena, .init = setup)
+static void small_and_large(size_t large_above)
 {
+	int64_t la = ctr(VMAP_STAT_large_allocs), sa = ctr(VMAP_STAT_small_allocs);
+	int64_t lf = ctr(VMAP_STAT_large_frees), sf = ctr(VMAP_STAT_small_frees);
 	void *s = vmap_malloc(1000);
-	void *edge = vmap_malloc(64 * KiB);
-	void *l = vmap_malloc(64 * KiB + 1);
+	void *edge = vmap_malloc(large_above);
+	void *l = vmap_malloc(large_above + 1);
 	cr_assert(s && edge && l);
 	cr_assert_not(vmap_range_owns(s));
-	cr_assert_not(vmap_range_owns(edge), "SMALL_MAX itself is small");
+	cr_assert_not(vmap_range_owns(edge), "the boundary itself is small");
 	cr_assert(vmap_range_owns(l));
-	cr_assert_eq(ctr(VMAP_STAT_large_allocs), 1);
-	cr_assert_eq(ctr(VMAP_STAT_small_allocs), 2);
+	cr_assert_eq(ctr(VMAP_STAT_large_allocs), la + 1);
+	cr_assert_eq(ctr(VMAP_STAT_small_allocs), sa + 2);
 	cr_assert(vmap_usable_size(s) >= 1000);
-	cr_assert(vmap_usable_size(l) >= 64 * KiB + 1);
+	cr_assert(vmap_usable_size(l) >= large_above + 1);
 	cr_assert_eq(vmap_usable_size(NULL), 0);
 	vmap_free(s);
 	vmap_free(edge);
 	vmap_free(l);
-	cr_assert_eq(ctr(VMAP_STAT_large_frees), 1);
-	cr_assert_eq(ctr(VMAP_STAT_small_frees), 2);
+	cr_assert_eq(ctr(VMAP_STAT_large_frees), lf + 1);
+	cr_assert_eq(ctr(VMAP_STAT_small_frees), sf + 2);
+}
+
+Test(alloc, small_requests_go_to_glibc_large_to_the_arena)
+{
+	const char *vars[] = {"VMAPALLOC_BACKEND=libc", NULL};
+	env_setup(vars);
+	small_and_large(64 * KiB); /* SMALL_MAX */
+}
+
+/* BACKEND=auto: as long as no arena is set up, glibc keeps what it would keep
+ * in its heap (up to its first mmap threshold), so a short process sets up no
+ * arena at all; once one is, blocks over SMALL_MAX go there. */
+Test(alloc, auto_keeps_blocks_up_to_128k_in_glibc_until_there_is_an_arena)
+{
+	const char *vars[] = {"VMAPALLOC_BACKEND=auto", NULL};
+	env_set(vars);
+	vmap_init();
+	void *early = vmap_malloc(64 * KiB + 1);
+	cr_assert_not(vmap_range_owns(early), "glibc's while there is no arena");
+	cr_assert_eq(ctr(VMAP_STAT_regions), 0, "no arena set up for it");
+	small_and_large(128 * KiB);
+	void *later = vmap_malloc(64 * KiB + 1);
+	cr_assert(vmap_range_owns(later), "the arena's once it is set up");
+	vmap_free(early);
+	vmap_free(later);
+}
+
+Test(alloc, guard_keeps_the_boundary_at_small_max)
+{
+	const char *vars[] = {"VMAPALLOC_BACKEND=auto", "VMAPALLOC_GUARD=1", NULL};
+	env_setup(vars);
+	void *mid = vmap_malloc(64 * KiB + 1);
+	cr_assert(vmap_range_owns(mid));
+	vmap_free(mid);
 }
 
 Test(alloc, small_max_option_moves_the_boundary)

@@ -39,7 +39,7 @@ static size_t pow2_ceil(size_t a)
 }
 
 /* 1 if vmapalloc is expected to own an allocation of n bytes at alignment a. */
-static int expect_large(size_t n, size_t a) { return n > small_max || a >= 4096; }
+static int expect_large(size_t n, size_t a) { return n > vmt_large_above() || a >= 4096; }
 
 static uint64_t checksum(const void *p, size_t n)
 {
@@ -485,7 +485,7 @@ static void test_realloc(void)
               malloc_usable_size(q));
         size_t bad = vmt_verify(q, 0, keep, 200 + (unsigned)i);
         CHECK(bad == SIZE_MAX, "realloc %zu -> %zu lost byte %zu", a, b, bad);
-        if (b > small_max)
+        if (b > vmt_large_above())
             CHECK_OWNS(q, 1, "realloc %zu -> %zu result not owned", a, b);
         memset(q, 0x77, malloc_usable_size(q));
         free(q);
@@ -737,7 +737,7 @@ static void test_sized_frees(void)
             errno = EDOM;
             fs(p, n);
             CHECK(errno == EDOM, "free_sized changed errno");
-            if (vmt_vm && n > small_max) {
+            if (vmt_vm && n > vmt_large_above()) {
                 CHECK(CTR("large_frees") == lf + 1, "free_sized(%zu) did not free a large block", n);
                 CHECK(CTR("large_bytes_in_use") == u0, "free_sized(%zu): bytes in use", n);
             }
@@ -772,14 +772,14 @@ static void test_sized_frees(void)
         printf("contracts: note: free_aligned_sized not available, skipped\n");
     }
     if (cf) {
-        void *s = malloc(100), *l = malloc(small_max + 4096);
+        void *s = malloc(100), *l = malloc(vmt_large_above() + 4096);
         CHECK(s && l, "malloc");
         uint64_t lf = CTR("large_frees");
         cf(s);
         cf(l);
         cf(NULL);
         if (vmt_vm)
-            CHECK(CTR("large_frees") == lf + 1 + (100 > small_max),
+            CHECK(CTR("large_frees") == lf + 1 + (100 > vmt_large_above()),
                   "cfree did not free the large block");
     } else {
         printf("contracts: note: cfree not available (glibc >= 2.26 has no default cfree), skipped\n");
@@ -841,10 +841,11 @@ static void test_counters(void)
     free(p);
 
     /* the small/large boundary */
-    void *s = malloc(small_max), *l = malloc(small_max + 1);
+    size_t large = vmt_large_above();
+    void *s = malloc(large), *l = malloc(large + 1);
     CHECK(s && l, "malloc at the boundary");
-    CHECK(vm.owns(s) == vmt_owned(small_max, 16), "malloc(SMALL_MAX=%zu): wrong owner", small_max);
-    CHECK(vm.owns(l) == 1, "malloc(SMALL_MAX+1) must go to vmapalloc");
+    CHECK(vm.owns(s) == vmt_owned(large, 16), "malloc(%zu) at the boundary: wrong owner", large);
+    CHECK(vm.owns(l) == 1, "malloc(%zu) past the boundary must go to vmapalloc", large + 1);
     free(s);
     free(l);
 }

@@ -164,10 +164,10 @@ static void test_getline(void)
     check_large_free(buf, "getline buffer");
 
     /* getdelim growing a buffer the program allocated (libc reallocs it) */
-    buf = malloc(small_max + 1);
+    buf = malloc(vmt_large_above() + 1);
     CHECK(buf != NULL, "malloc");
-    cap = small_max + 1;
-    CHECK_OWNS(buf, 1, "malloc(SMALL_MAX + 1) not owned");
+    cap = vmt_large_above() + 1;
+    CHECK_OWNS(buf, 1, "malloc(%zu) not owned", cap);
     r = getdelim(&buf, &cap, '\n', f);
     CHECK(r == (ssize_t)(3 * U + 1), "getdelim returned %zd", r);
     CHECK(buf[1] == 'A' + (1 + 2) % 26 && buf[3 * U] == '\n', "getdelim content");
@@ -263,15 +263,16 @@ static void test_brk(void)
     free(malloc(MiB));
     free(memalign(8192, 70000));
     void *brk0 = sbrk(0);
+    size_t large = vmt_large_above() > small_max ? vmt_large_above() : small_max;
     for (int i = 0; i < N; i++) {
-        blk[i] = malloc(small_max + 1 + (size_t)i * 331);  /* glibc would put these on the heap */
+        blk[i] = malloc(large + 1 + (size_t)i * 331);  /* glibc would put these on the heap */
         CHECK(blk[i] != NULL, "malloc");
-        memset(blk[i], i, small_max + 1);
+        memset(blk[i], i, large + 1);
     }
     for (int i = 0; i < N; i += 2)
         free(blk[i]);
     for (int i = 1; i < N; i += 2) {
-        blk[i] = realloc(blk[i], small_max + 56 * KiB);
+        blk[i] = realloc(blk[i], large + 56 * KiB);
         CHECK(blk[i] != NULL, "realloc");
     }
     for (int i = 0; i < N; i += 2) {
@@ -296,7 +297,7 @@ int main(void)
 {
     vmt_init("libc_internal");
     small_max = vmt_small_max();
-    U = 100 * KiB > small_max + 32 * KiB ? 100 * KiB : small_max + 32 * KiB;
+    U = 100 * KiB > vmt_large_above() + 32 * KiB ? 100 * KiB : vmt_large_above() + 32 * KiB;
     RUN(test_resolution);
     RUN(test_brk);              /* first: before stdio buffers exist */
     RUN(test_strdup);

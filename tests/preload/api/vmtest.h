@@ -165,12 +165,27 @@ static int vmt_builtin(void)
     return vmt_vm && vm.counter_get("slabs_made", &v) == 0 && v > 0;
 }
 
+/* Requests above this size are large (vmapalloc's arena): SMALL_MAX, but
+ * with BACKEND=auto (the default), as long as no arena is set up, glibc keeps
+ * blocks up to its first mmap threshold, 128 KiB (not with GUARD=1). */
+__attribute__((unused))
+static size_t vmt_large_above(void)
+{
+    size_t large = vmt_small_max();
+    const char *b = getenv("VMAPALLOC_BACKEND"), *g = getenv("VMAPALLOC_GUARD");
+    uint64_t regions = 0;
+    if ((!b || !*b || strcmp(b, "auto") == 0) && !(g && strcmp(g, "1") == 0) && vmt_vm &&
+        vm.counter_get("regions", &regions) == 0 && regions == 0 && large < 131072)
+        large = 131072;
+    return large;
+}
+
 /* Whether a block of n bytes aligned to a lies in vmapalloc's regions: a
- * large block (over SMALL_MAX, or page-aligned), or a builtin slab object. */
+ * large block (see vmt_large_above, or page-aligned), or a builtin slab object. */
 __attribute__((unused))
 static int vmt_owned(size_t n, size_t a)
 {
-    return n > vmt_small_max() || a >= 4096 || (vmt_builtin() && n <= 65536);
+    return n > vmt_large_above() || a >= 4096 || (vmt_builtin() && n <= 65536);
 }
 
 /* Deterministic byte pattern: position- and seed-dependent. */
