@@ -412,11 +412,19 @@ static int make_unmapped(uintptr_t a, uintptr_t e, bool attr)
 			return 0;
 		if (!attr && rc == -EINVAL) /* e.g. mlocked: reset, then try again */
 			return make_unmapped(a, e, true);
-		return rc;
+		/* After the fresh mapping the content is gone: the unmap took
+		 * place, only its pages do not fault (they read zero, as a
+		 * guarded run must).  Failing would tell the program its
+		 * mapping is still there (rel-strace-inject). */
+		return attr ? 0 : rc;
 	}
 	/* Older kernels: PROT_NONE (splits the VMA; the pages are dropped first
 	 * so that they are zero when un-guarded). */
-	vmap_os_madvise((void *)a, len, MADV_DONTNEED);
+	if (vmap_os_madvise((void *)a, len, MADV_DONTNEED)) {
+		int rc = vmap_os_map_fresh((void *)a, len);
+		if (rc)
+			return attr ? 0 : rc; /* (as above) */
+	}
 	return vmap_os_mprotect((void *)a, len, PROT_NONE);
 }
 

@@ -114,7 +114,7 @@ int vmap_os_map_fresh(void *addr, size_t len)
 {
 	void *m = vmap_os_mmap(addr, len, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-	return vmap_os_is_err(m) ? vmap_os_err(m) : 0;
+	return vmap_os_is_err(m) ? -vmap_os_err(m) : 0; /* -errno, as os.h says */
 }
 
 int vmap_os_map_hole(void *addr, size_t len)
@@ -122,7 +122,7 @@ int vmap_os_map_hole(void *addr, size_t len)
 	void *m = vmap_os_mmap(addr, len, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE, -1, 0);
 	if (vmap_os_is_err(m))
-		return vmap_os_err(m);
+		return -vmap_os_err(m);
 	if (m != addr) {
 		vmap_os_munmap(m, len);
 		return -EEXIST;
