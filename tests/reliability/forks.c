@@ -19,7 +19,10 @@
  *                             by the forking thread and by main), allocates
  *                             small, large, calloc, realloc and mmap, and
  *                             exits; a child that hangs is a lock another
- *                             thread held at the fork
+ *                             thread held at the fork, and one that prints
+ *                             (vmapalloc's lock take-over, meant for raw
+ *                             clone children) means the handlers did not
+ *                             run: both fail
  *   forks clone [SECONDS]     the same with a raw clone(2) system call
  *                             (syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0): no
  *                             glibc fork code at all)
@@ -36,12 +39,13 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 
 static double seconds = 10;
 static atomic_int stop;
-static atomic_ulong ops, forks_done, children_failed;
+static atomic_ulong ops, forks_done, children_failed, children_said;
 static atomic_ulong churned; /* allocator operations completed, one by one */
 
 struct kept {
@@ -193,8 +197,12 @@ static void *raw_forker(void *arg)
 			rel_mark(mine[k].p, n, mine[k].seed);
 		}
 		uint64_t cseed = rel_rnd(&s);
+		/* The child's stderr, to read what vmapalloc said there. */
+		int err = memfd_create("child-stderr", MFD_CLOEXEC);
+		CHECK(err >= 0, "memfd_create: %s", strerror(errno));
 		pid_t pid = raw_fork();
 		if (pid == 0) {
+			dup2(err, 2);
 			/* The parent's blocks: intact, then freed (some after the
 			 * child's own work, so that they meet a used cache). */
 			for (unsigned k = 0; k < PARENT_BLOCKS; k++)
@@ -221,6 +229,17 @@ static void *raw_forker(void *arg)
 		}
 		if (!wait_child(pid, 20))
 			atomic_fetch_add(&children_failed, 1);
+		char said[512];
+		ssize_t n = pread(err, said, sizeof said - 1, 0);
+		close(err);
+		if (n > 0) {
+			/* The lock take-over of lock.c (the raw clone's way out):
+			 * a _Fork child must not need it, its locks are free. */
+			said[n] = '\0';
+			atomic_fetch_add(&children_said, 1);
+			if (!use_clone)
+				fprintf(stderr, "FAIL: a _Fork child said: %s", said);
+		}
 		atomic_fetch_add(&forks_done, 1);
 	}
 	return NULL;
@@ -349,6 +368,12 @@ static int run(void *arg)
 	       (unsigned long)forks_done, (unsigned long)children_failed, (unsigned long)ops);
 	CHECK(forks_done > 0, "no child was created");
 	CHECK(children_failed == 0, "%lu children failed or hung", (unsigned long)children_failed);
+	if (!strcmp(mode, "_fork") || !strcmp(mode, "clone"))
+		printf("forks %s: %lu children printed a line (lock take-over)\n", mode,
+		       (unsigned long)children_said);
+	CHECK(strcmp(mode, "_fork") || children_said == 0,
+	      "%lu _Fork children took a lock over: vmapalloc's fork handlers did not run",
+	      (unsigned long)children_said);
 	if (vmt_vm)
 		CHECK(CTR("large_blocks_in_use") == blocks0, "large blocks in use %llu, %llu at the start",
 		      (unsigned long long)CTR("large_blocks_in_use"), (unsigned long long)blocks0);
