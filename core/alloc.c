@@ -1096,6 +1096,29 @@ static void fork_child(void)
 	vmap_depth_leave();
 }
 
+/* _Fork() runs no fork handler (preload/fork.c): the same three around
+ * glibc's, so that its child gets the allocator's locks free and its state
+ * consistent, as after fork().  Before init no handler is registered and
+ * there is nothing to lock. */
+static __thread bool fork_hooked;
+
+void vmap_fork_hook_prepare(void)
+{
+	fork_hooked = __atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) == INIT_DONE;
+	if (fork_hooked)
+		fork_prepare();
+}
+
+void vmap_fork_hook_after(bool child)
+{
+	if (!fork_hooked)
+		return;
+	if (child)
+		fork_child();
+	else
+		fork_parent();
+}
+
 void vmap_at_exit(void)
 {
 	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE)

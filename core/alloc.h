@@ -72,6 +72,10 @@ static inline void vmap_depth_leave(void)
 /* Life cycle. */
 void vmap_init(void);            /* idempotent; every entry point calls it */
 void vmap_at_exit(void);         /* the destructor: the report */
+/* Around glibc's _Fork (preload/fork.c), which runs no fork handler: the
+ * handlers fork() runs, when vmapalloc is initialised. */
+void vmap_fork_hook_prepare(void);
+void vmap_fork_hook_after(bool child);
 bool vmap_range_enabled(void);   /* the arena is set up (does not set it up) */
 bool vmap_range_ready(void);     /* sets the arena up if need be; false if it cannot be had */
 

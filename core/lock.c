@@ -7,7 +7,40 @@
  */
 #include "lock.h"
 
+#include <errno.h>
+
 #include "fmt.h"
+
+/*
+ * An orphaned lock: held, and this thread, waiting for it, is the only one
+ * in the process.  A waiter never holds the lock it waits for (a signal
+ * handler that interrupts the holder takes no lock, alloc.h), so its holder
+ * is a thread that does not exist here: the process is the child of a raw
+ * clone(2) (or of any fork that ran no fork handler; _Fork has them, see
+ * preload/fork.c), made while another thread of the parent held the lock.
+ * Waiting would last for ever; the waiter takes the lock over, after
+ * ORPHAN_TIMEOUTS waits of ORPHAN_WAIT_NS in a row without a wake-up (1 s:
+ * a holder's critical section lasts microseconds), and says so once: what
+ * the lock guarded may have been half updated by the vanished holder.
+ * Costs nothing before the first timeout; after it, one read of
+ * /proc/self/stat per timeout.  Not safe in a vfork (CLONE_VM) child, which
+ * is alone in its process but shares the parent's memory and live lock
+ * holders: one that mallocs (already wrong: it would change the parent's
+ * heap through the parent thread's TLS) and waits a whole second for a
+ * lock another thread of the parent holds would take it over too.
+ */
+#define ORPHAN_WAIT_NS (250u * 1000 * 1000)
+#define ORPHAN_TIMEOUTS 4
+
+static int orphan_said;
+
+__attribute__((noinline, cold)) static void orphaned(void)
+{
+	if (!__atomic_exchange_n(&orphan_said, 1, __ATOMIC_RELAXED))
+		vmap_say("a lock is held by a thread that does not exist in this process (a child "
+			 "of clone() without fork handlers): taken over; ",
+			 "allocator state the parent's thread was changing may be inconsistent", NULL);
+}
 
 void vmap_lock_slow(struct vmap_lock *l)
 {
@@ -21,8 +54,17 @@ void vmap_lock_slow(struct vmap_lock *l)
 						__ATOMIC_RELAXED))
 			return;
 	}
-	while (__atomic_exchange_n(&l->word, 2, __ATOMIC_ACQUIRE) != 0)
-		vmap_os_futex_wait(&l->word, 2);
+	unsigned timeouts = 0;
+	while (__atomic_exchange_n(&l->word, 2, __ATOMIC_ACQUIRE) != 0) {
+		if (vmap_os_futex_wait_ns(&l->word, 2, ORPHAN_WAIT_NS) != -ETIMEDOUT) {
+			timeouts = 0;
+			continue;
+		}
+		if (++timeouts >= ORPHAN_TIMEOUTS && vmap_os_nthreads() == 1) {
+			orphaned();
+			return; /* ours now (2: the unlock wakes nobody, harmlessly) */
+		}
+	}
 }
 
 #ifdef VMAP_DEBUG

@@ -227,6 +227,16 @@ static int find_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uint
 	return r && (p->kind == PIECE_MAPPED || p->kind == PIECE_FOREIGN) ? 1 : 0;
 }
 
+static bool sealed_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len);
+
+/* Sealed pages of the program's (mseal): munmap, MAP_FIXED and mremap over
+ * them fail with EPERM, having changed nothing, as the kernel's do. */
+static int find_sealed(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	(void)arg;
+	return r && p->kind == PIECE_MAPPED && sealed_in(r, p->head, p->tag, a, e - a) ? 1 : 0;
+}
+
 /* ---- the program's VMAs inside a served mapping ----------------------------- */
 
 /*
@@ -259,7 +269,8 @@ enum {
 	VA_MERGEABLE = 1 << 10,
 	VA_LOCKED = 1 << 11,
 	VA_ONFAULT = 1 << 12,
-	VA_BITS = 0x1fff,
+	VA_SEALED = 1 << 14, /* mseal: bit 44 of the head tag (VMAP_TAG_VMA) */
+	VA_BITS = 0x1fff | VA_SEALED,
 };
 #define VA_FRESH ((unsigned)(PROT_READ | PROT_WRITE)) /* what a served mmap() has */
 #define SEG_MARK (1ull << 62) /* in a page's stamp: its attributes follow (for a reader's eye) */
@@ -321,6 +332,19 @@ static bool locked_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr
 		return head_attrs(t) & VA_LOCKED;
 	for (uintptr_t y = x; y < x + len; y += VMAP_PAGE)
 		if (attrs_at(r, head, t, y) & VA_LOCKED)
+			return true;
+	return false;
+}
+
+/* Are any pages of [x, x + len) of the served mapping sealed (mseal)? */
+static bool sealed_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len)
+{
+	if (!(t & VMAP_TAG_ATTR))
+		return false;
+	if (!(t & VMAP_TAG_SEGS))
+		return head_attrs(t) & VA_SEALED;
+	for (uintptr_t y = x; y < x + len; y += VMAP_PAGE)
+		if (attrs_at(r, head, t, y) & VA_SEALED)
 			return true;
 	return false;
 }
@@ -412,11 +436,19 @@ static int make_unmapped(uintptr_t a, uintptr_t e, bool attr)
 			return 0;
 		if (!attr && rc == -EINVAL) /* e.g. mlocked: reset, then try again */
 			return make_unmapped(a, e, true);
-		return rc;
+		/* After the fresh mapping the content is gone: the unmap took
+		 * place, only its pages do not fault (they read zero, as a
+		 * guarded run must).  Failing would tell the program its
+		 * mapping is still there (rel-strace-inject). */
+		return attr ? 0 : rc;
 	}
 	/* Older kernels: PROT_NONE (splits the VMA; the pages are dropped first
 	 * so that they are zero when un-guarded). */
-	vmap_os_madvise((void *)a, len, MADV_DONTNEED);
+	if (vmap_os_madvise((void *)a, len, MADV_DONTNEED)) {
+		int rc = vmap_os_map_fresh((void *)a, len);
+		if (rc)
+			return attr ? 0 : rc; /* (as above) */
+	}
 	return vmap_os_mprotect((void *)a, len, PROT_NONE);
 }
 
@@ -563,6 +595,8 @@ int vmap_munmap(void *addr, size_t len)
 		refuse("munmap", a);
 		return -EINVAL;
 	}
+	if (walk(a, e, find_sealed, NULL))
+		return -EPERM;
 	bool any = false;
 	int rc = walk(a, e, unmap_piece, &any);
 	if (any)
@@ -661,6 +695,8 @@ static void *map_into_arena(void *addr, size_t len, int prot, int flags, int fd,
 		flags = (flags & ~MAP_FIXED_NOREPLACE) | MAP_FIXED;
 	} else {
 		/* MAP_FIXED replaces whatever the program had there. */
+		if (walk(a, e, find_sealed, NULL))
+			return (void *)(intptr_t)-EPERM;
 		bool any = false;
 		int rc = walk(a, e, unmap_piece, &any);
 		if (rc)
@@ -740,7 +776,7 @@ void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
  * ENOMEM at the end.  A live block whose protection, advice or locking the
  * program changed is flagged, to be reset before reuse.
  */
-enum range_op { OP_MPROTECT, OP_MADVISE, OP_MINCORE, OP_MLOCK, OP_MUNLOCK, OP_MLOCK2 };
+enum range_op { OP_MPROTECT, OP_MADVISE, OP_MINCORE, OP_MLOCK, OP_MUNLOCK, OP_MLOCK2, OP_MSEAL };
 
 struct apply {
 	enum range_op op;
@@ -762,6 +798,7 @@ static int kernel_op(struct apply *ap, uintptr_t a, size_t len)
 	case OP_MUNLOCK: return (int)vmap_os_syscall6(SYS_munlock, (long)a, (long)len, 0, 0, 0, 0);
 	case OP_MLOCK2:
 		return (int)vmap_os_syscall6(SYS_mlock2, (long)a, (long)len, ap->arg, 0, 0, 0);
+	case OP_MSEAL: return 0; /* done by vmap_mseal, for the whole range */
 	}
 	return -EINVAL;
 }
@@ -773,6 +810,7 @@ static unsigned attrs_after(unsigned v, int op, long arg)
 	case OP_MLOCK: return (v & ~(unsigned)VA_ONFAULT) | VA_LOCKED;
 	case OP_MLOCK2: return (v & ~(unsigned)VA_ONFAULT) | VA_LOCKED | ((arg & 1) ? VA_ONFAULT : 0);
 	case OP_MUNLOCK: return v & ~(unsigned)(VA_LOCKED | VA_ONFAULT);
+	case OP_MSEAL: return v | VA_SEALED;
 	case OP_MADVISE: break;
 	default: return v;
 	}
@@ -1010,6 +1048,8 @@ static int clear_destination(uintptr_t d, size_t nl)
 		refuse("mremap(MREMAP_FIXED)", d);
 		return -EINVAL;
 	}
+	if (walk(d, de, find_sealed, NULL))
+		return -EPERM;
 	bool any = false;
 	return walk(d, de, unmap_piece, &any);
 }
@@ -1176,6 +1216,8 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 		return (void *)(intptr_t)-EINVAL; /* old_len 0 duplicates shared mappings only */
 	if (a + ol > p.end)
 		return (void *)(intptr_t)-EFAULT; /* the old range spans more than one mapping */
+	if (p.kind == PIECE_MAPPED && sealed_in(r, p.head, p.tag, a, ol))
+		return (void *)(intptr_t)-EPERM; /* sealed: neither resized nor moved */
 	if (p.kind == PIECE_FOREIGN) {
 		if (flags & MREMAP_FIXED)
 			return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
@@ -1285,6 +1327,75 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 				      a, a + moved);
 	}
 	return q;
+}
+
+/* ---- mseal -------------------------------------------------------------------- */
+
+/*
+ * mseal(2) (Linux 6.10; glibc 2.43 has the wrapper, older programs call
+ * syscall(SYS_mseal), both exported by preload/mmap.c).  The kernel seals
+ * VMAs; over the arena it would seal vmapalloc's pages, and vmapalloc's
+ * emulated munmap would then "succeed" (returning 0 where the kernel says
+ * EPERM) and its space be reused.  So: the kernel's argument checks; every
+ * arena page of the range must be the program's (a served or foreign
+ * mapping: a hole or a freed block vmapalloc holds is unmapped memory,
+ * ENOMEM; a live malloc block is refused with EINVAL and one line); then the
+ * kernel seals the range (it checks the pages outside the arena itself) and
+ * the served pages are marked sealed (VA_SEALED, split like any attribute):
+ * munmap, MAP_FIXED and mremap aimed at them fail with EPERM (find_sealed,
+ * vmap_mremap), and as they are never unmapped their space is never reused.
+ * mprotect and madvise meet the kernel's own seal.  Foreign pieces are the
+ * kernel's (its munmap refuses them).  A kernel without mseal: ENOSYS.
+ */
+#ifndef SYS_mseal
+#define SYS_mseal 462
+#endif
+
+static int seal_check(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	(void)e;
+	(void)arg;
+	if (!r || p->kind == PIECE_MAPPED || p->kind == PIECE_FOREIGN)
+		return 0;
+	if (p->kind == PIECE_MALLOC) {
+		refuse("mseal", a);
+		return -EINVAL;
+	}
+	return -ENOMEM;
+}
+
+static int seal_piece(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	struct apply *ap = arg;
+	if (r && p->kind == PIECE_MAPPED) {
+		if (!(p->tag & VMAP_TAG_ATTR))
+			__atomic_fetch_or(&vmap_pte_of(r, p->head)->tag, VMAP_TAG_ATTR, __ATOMIC_RELAXED);
+		record_attrs(r, p, a, e, ap);
+	}
+	return 0;
+}
+
+int vmap_mseal(void *addr, size_t len, unsigned long flags)
+{
+	uintptr_t a = (uintptr_t)addr;
+	size_t rounded = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	uintptr_t e = a + rounded;
+	if (!vmap_opt.mmap || !vmap_range_enabled() || flags || (a & (VMAP_PAGE - 1)) || !rounded ||
+	    e < a || !overlaps_arena(a, e))
+		return (int)vmap_os_syscall6(SYS_mseal, (long)addr, (long)len, (long)flags, 0, 0, 0);
+	/* Does this kernel have it?  (mseal(0, 0, 0) is a no-op that succeeds.) */
+	int have = (int)vmap_os_syscall6(SYS_mseal, 0, 0, 0, 0, 0, 0);
+	if (have)
+		return have;
+	int rc = walk(a, e, seal_check, NULL);
+	if (rc)
+		return rc;
+	rc = (int)vmap_os_syscall6(SYS_mseal, (long)addr, (long)len, 0, 0, 0, 0);
+	if (rc)
+		return rc;
+	struct apply ap = {OP_MSEAL, 0, NULL, a, true, false, 0};
+	walk(a, e, seal_piece, &ap);
+	return 0;
 }
 
 /* ---- re-entered ----------------------------------------------------------- */

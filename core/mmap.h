@@ -17,6 +17,7 @@ int vmap_madvise(void *addr, size_t len, int advice);
 int vmap_mincore(void *addr, size_t len, unsigned char *vec);
 int vmap_mlock(const void *addr, size_t len, unsigned flags, bool two);
 int vmap_munlock(const void *addr, size_t len);
+int vmap_mseal(void *addr, size_t len, unsigned long flags);
 
 /* The same, from a call that re-entered the allocator (alloc.h): no lock. */
 void *vmap_mmap_reentered(void *addr, size_t len, int prot, int flags, int fd, off_t off);

@@ -88,5 +88,9 @@ _Noreturn void vmap_os_exit(int code);
 /* Futex wait/wake on a 32-bit word (private). */
 int vmap_os_futex_wait(volatile uint32_t *word, uint32_t expected);
 int vmap_os_futex_wake(volatile uint32_t *word, int n);
+/* The same wait for at most ns nanoseconds: 0, -EAGAIN, -EINTR or -ETIMEDOUT. */
+int vmap_os_futex_wait_ns(volatile uint32_t *word, uint32_t expected, uint64_t ns);
+/* Threads in this process (num_threads of /proc/self/stat), or -errno. */
+int vmap_os_nthreads(void);
 
 #endif

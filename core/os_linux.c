@@ -114,7 +114,7 @@ int vmap_os_map_fresh(void *addr, size_t len)
 {
 	void *m = vmap_os_mmap(addr, len, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-	return vmap_os_is_err(m) ? vmap_os_err(m) : 0;
+	return vmap_os_is_err(m) ? -vmap_os_err(m) : 0; /* -errno, as os.h says */
 }
 
 int vmap_os_map_hole(void *addr, size_t len)
@@ -122,7 +122,7 @@ int vmap_os_map_hole(void *addr, size_t len)
 	void *m = vmap_os_mmap(addr, len, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE, -1, 0);
 	if (vmap_os_is_err(m))
-		return vmap_os_err(m);
+		return -vmap_os_err(m);
 	if (m != addr) {
 		vmap_os_munmap(m, len);
 		return -EEXIST;
@@ -432,4 +432,36 @@ int vmap_os_futex_wait(volatile uint32_t *word, uint32_t expected)
 int vmap_os_futex_wake(volatile uint32_t *word, int n)
 {
 	return (int)SC(SYS_futex, word, FUTEX_WAKE_PRIVATE, n, 0, 0, 0);
+}
+
+int vmap_os_futex_wait_ns(volatile uint32_t *word, uint32_t expected, uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+	return (int)SC(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, &ts, 0, 0);
+}
+
+int vmap_os_nthreads(void)
+{
+	char buf[1024];
+	int fd = vmap_os_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	long n = vmap_os_read(fd, buf, sizeof buf - 1);
+	vmap_os_close(fd);
+	if (n <= 0)
+		return n < 0 ? (int)n : -EIO;
+	/* "pid (comm) state ppid ...": num_threads is field 20, the 18th after
+	 * the last ')' (comm may hold spaces and parentheses). */
+	long i = n;
+	while (i > 0 && buf[i - 1] != ')')
+		i--;
+	if (!i)
+		return -EIO;
+	for (int field = 2; field < 20 && i < n; i++)
+		if (buf[i] == ' ')
+			field++;
+	int v = 0;
+	while (i < n && buf[i] >= '0' && buf[i] <= '9')
+		v = v * 10 + (buf[i++] - '0');
+	return v > 0 ? v : -EIO;
 }

@@ -157,10 +157,15 @@ static unsigned release(unsigned n, int advice)
 			 * pages go, the range must keep faulting. */
 			void *a = (void *)victims[i].a;
 			if (vmap_guard_markers()) {
-				vmap_os_madvise(a, len, MADV_GUARD_INSTALL);
-				vmap_os_mprotect(a, len, PROT_READ | PROT_WRITE);
-			} else {
-				vmap_os_madvise(a, len, MADV_DONTNEED);
+				/* A run left guarded must read zero once unguarded:
+				 * when a call fails (ENOMEM), a fresh mapping drops
+				 * the pages (the range then does not fault). */
+				if (vmap_os_madvise(a, len, MADV_GUARD_INSTALL) ||
+				    vmap_os_mprotect(a, len, PROT_READ | PROT_WRITE))
+					vmap_os_map_fresh(a, len);
+			} else if (vmap_os_madvise(a, len, MADV_DONTNEED)) {
+				vmap_os_map_fresh(a, len); /* zero, then faulting again: */
+				vmap_os_mprotect(a, len, PROT_NONE);
 			}
 			__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
 			calls += 2;

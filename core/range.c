@@ -596,9 +596,15 @@ bool vmap_range_guard_on(void)
 }
 
 /* Makes lazily unmapped pages usable again (contents: stale). */
+/* When the call that makes them usable fails (ENOMEM: the kernel could not
+ * split a VMA, or an injected fault, rel-strace-inject), a fresh mapping
+ * over them does it (zero-filled: every caller zeroes or wants zero); the
+ * pages were handed out faulting before. */
 void vmap_unprotect(uintptr_t a, uint64_t pages)
 {
-	vmap_os_mprotect((void *)a, (size_t)pages << VMAP_PAGE_SHIFT, PROT_READ | PROT_WRITE);
+	size_t len = (size_t)pages << VMAP_PAGE_SHIFT;
+	if (vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE))
+		vmap_os_map_fresh((void *)a, len);
 	__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
 }
 
@@ -622,10 +628,9 @@ bool vmap_guard_markers(void)
 void vmap_unguard(uintptr_t a, uint64_t pages)
 {
 	size_t len = (size_t)pages << VMAP_PAGE_SHIFT;
-	if (vmap_guard_markers())
-		vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE);
-	else
-		vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE);
+	if (vmap_guard_markers() ? vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE)
+			       : vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE))
+		vmap_os_map_fresh((void *)a, len);
 }
 
 unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,

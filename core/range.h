@@ -108,7 +108,8 @@ enum {
 #define VMAP_TAG_PROTECTED (1ull << 45)
 #define VMAP_TAG_SEGS (1ull << 43) /* a live MMAP area whose pages differ in attributes */
 #define VMAP_TAG_VMA_SHIFT 30
-#define VMAP_TAG_VMA (0x1fffull << VMAP_TAG_VMA_SHIFT) /* attributes of the first page */
+/* Attributes of the first page: bits 30-42, and bit 44 (sealed, mmap.c). */
+#define VMAP_TAG_VMA ((0x1fffull << VMAP_TAG_VMA_SHIFT) | (1ull << 44))
 
 /* The state of a free run: known zero (fresh, or purged with MADV_DONTNEED),
  * dirty (freed, resident, counted as cached, to be purged), advised

@@ -120,3 +120,43 @@ EXPORT int munlock(const void *addr, size_t len)
 	vmap_init();
 	return int_result(vmap_munlock(addr, len));
 }
+
+/* mseal(2): glibc 2.43's wrapper, and the system call made through
+ * syscall(SYS_mseal, ...) by programs built against older glibc (462 on
+ * every architecture).  Sealing pages vmapalloc serves must be known to it
+ * (core/mmap.c vmap_mseal). */
+EXPORT int mseal(void *addr, size_t len, unsigned long flags)
+{
+	vmap_init();
+	return int_result(vmap_mseal(addr, len, flags));
+}
+
+/*
+ * syscall(): every number but mseal's goes straight to the kernel, as in
+ * glibc (six arguments read, whatever the call takes; -1 and errno for
+ * -4095..-1).  A fork-like clone through it returns in both processes as
+ * through glibc's; a CLONE_VM child on a new stack cannot return through
+ * either.
+ */
+#define NR_MSEAL 462
+
+EXPORT long syscall(long nr, ...)
+{
+	va_list ap;
+	va_start(ap, nr);
+	long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+	long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
+	va_end(ap);
+	long r;
+	if (nr == NR_MSEAL) {
+		vmap_init();
+		r = vmap_mseal((void *)a, (size_t)b, (unsigned long)c);
+	} else {
+		r = vmap_os_syscall6(nr, a, b, c, d, e, f);
+	}
+	if ((unsigned long)r >= (unsigned long)-4095) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
+}

@@ -11,6 +11,21 @@
  *                             handler forks, the child _exits at once
  *                             (tst-mallocfork): the child must not hang and
  *                             the parent continues
+ *   forks _fork [SECONDS]     4 allocator threads + 2 threads calling
+ *                             _Fork() (glibc 2.34+: no atfork handler runs,
+ *                             neither the program's nor glibc's own malloc
+ *                             locking): each child verifies and frees blocks
+ *                             the parent handed it (small and large, made
+ *                             by the forking thread and by main), allocates
+ *                             small, large, calloc, realloc and mmap, and
+ *                             exits; a child that hangs is a lock another
+ *                             thread held at the fork, and one that prints
+ *                             (vmapalloc's lock take-over, meant for raw
+ *                             clone children) means the handlers did not
+ *                             run: both fail
+ *   forks clone [SECONDS]     the same with a raw clone(2) system call
+ *                             (syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0): no
+ *                             glibc fork code at all)
  *   forks spawn [SECONDS]     4 allocator threads + a thread running
  *                             posix_spawn(/bin/true), vfork+execve(/bin/true)
  *                             and popen("true") in turn; every child exits 0
@@ -24,11 +39,13 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <spawn.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 
 static double seconds = 10;
 static atomic_int stop;
-static atomic_ulong ops, forks_done, children_failed;
+static atomic_ulong ops, forks_done, children_failed, children_said;
 static atomic_ulong churned; /* allocator operations completed, one by one */
 
 struct kept {
@@ -148,6 +165,86 @@ static void *forker(void *arg)
 	return NULL;
 }
 
+/*
+ * _Fork and raw clone (#18): the child inherits the allocator's locks as the
+ * other threads held them at that instant, and runs no fork handler.  The
+ * parent hands each child blocks to free: PARENT_BLOCKS made by this thread
+ * just before the fork (small and large: thread cache, pools, slabs) and
+ * the SHARED ones main made at start.
+ */
+#define PARENT_BLOCKS 12
+#define SHARED_BLOCKS 8
+static struct kept shared[SHARED_BLOCKS];
+static bool use_clone;
+
+static pid_t raw_fork(void)
+{
+	if (use_clone)
+		return (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+	return _Fork();
+}
+
+static void *raw_forker(void *arg)
+{
+	uint64_t s = (uintptr_t)arg * 131 + 7;
+	struct kept mine[PARENT_BLOCKS] = {{0}};
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		for (unsigned k = 0; k < PARENT_BLOCKS; k++) {
+			uint64_t r = rel_rnd(&s);
+			size_t n = k % 2 ? 16 + r % 4096 : 64 * KiB + r % (2 * MiB);
+			mine[k] = (struct kept){malloc(n), n, rel_rnd(&s)};
+			CHECK(mine[k].p != NULL, "allocation of %zu failed", n);
+			rel_mark(mine[k].p, n, mine[k].seed);
+		}
+		uint64_t cseed = rel_rnd(&s);
+		/* The child's stderr, to read what vmapalloc said there. */
+		int err = memfd_create("child-stderr", MFD_CLOEXEC);
+		CHECK(err >= 0, "memfd_create: %s", strerror(errno));
+		pid_t pid = raw_fork();
+		if (pid == 0) {
+			dup2(err, 2);
+			/* The parent's blocks: intact, then freed (some after the
+			 * child's own work, so that they meet a used cache). */
+			for (unsigned k = 0; k < PARENT_BLOCKS; k++)
+				if (!rel_marked(mine[k].p, mine[k].n, mine[k].seed))
+					_exit(3);
+			for (unsigned k = 0; k < PARENT_BLOCKS; k += 2)
+				free(mine[k].p);
+			child_work(cseed);
+			for (unsigned k = 1; k < PARENT_BLOCKS; k += 2)
+				free(mine[k].p);
+			for (unsigned k = 0; k < SHARED_BLOCKS; k++) {
+				if (!rel_marked(shared[k].p, shared[k].n, shared[k].seed))
+					_exit(4);
+				free(shared[k].p);
+			}
+			child_work(cseed + 1);
+			_exit(0);
+		}
+		CHECK(pid > 0, "%s failed: %s", use_clone ? "clone" : "_Fork", strerror(errno));
+		for (unsigned k = 0; k < PARENT_BLOCKS; k++) {
+			CHECK(rel_marked(mine[k].p, mine[k].n, mine[k].seed), "block of %zu damaged",
+			      mine[k].n);
+			free(mine[k].p);
+		}
+		if (!wait_child(pid, 20))
+			atomic_fetch_add(&children_failed, 1);
+		char said[512];
+		ssize_t n = pread(err, said, sizeof said - 1, 0);
+		close(err);
+		if (n > 0) {
+			/* The lock take-over of lock.c (the raw clone's way out):
+			 * a _Fork child must not need it, its locks are free. */
+			said[n] = '\0';
+			atomic_fetch_add(&children_said, 1);
+			if (!use_clone)
+				fprintf(stderr, "FAIL: a _Fork child said: %s", said);
+		}
+		atomic_fetch_add(&forks_done, 1);
+	}
+	return NULL;
+}
+
 static void *spawner(void *arg)
 {
 	(void)arg;
@@ -236,13 +333,23 @@ static int run(void *arg)
 		release(keep, 32);
 	} else {
 		bool spawn = !strcmp(mode, "spawn");
+		bool raw = !strcmp(mode, "_fork") || !strcmp(mode, "clone");
+		use_clone = !strcmp(mode, "clone");
+		uint64_t s = 5;
+		for (unsigned k = 0; raw && k < SHARED_BLOCKS; k++) {
+			size_t n = k % 2 ? 100 + k * 50 : 300 * KiB + k * 4096;
+			shared[k] = (struct kept){malloc(n), n, rel_rnd(&s)};
+			CHECK(shared[k].p != NULL, "allocation of %zu failed", n);
+			rel_mark(shared[k].p, n, shared[k].seed);
+		}
 		pthread_t a[4], f[2];
 		for (int i = 0; i < 4; i++)
 			CHECK(pthread_create(&a[i], NULL, allocator, (void *)(uintptr_t)(i + 1)) == 0,
 			      "pthread_create");
 		int nf = spawn ? 1 : 2;
 		for (int i = 0; i < nf; i++)
-			CHECK(pthread_create(&f[i], NULL, spawn ? spawner : forker, (void *)(uintptr_t)(i + 1)) == 0,
+			CHECK(pthread_create(&f[i], NULL, spawn ? spawner : raw ? raw_forker : forker,
+					     (void *)(uintptr_t)(i + 1)) == 0,
 			      "pthread_create");
 		while (rel_now() - t0 < seconds)
 			usleep(10000);
@@ -251,11 +358,22 @@ static int run(void *arg)
 			pthread_join(f[i], NULL);
 		for (int i = 0; i < 4; i++)
 			pthread_join(a[i], NULL);
+		for (unsigned k = 0; raw && k < SHARED_BLOCKS; k++) {
+			CHECK(rel_marked(shared[k].p, shared[k].n, shared[k].seed), "block of %zu damaged",
+			      shared[k].n);
+			free(shared[k].p);
+		}
 	}
 	printf("forks %s: %.0f s, %lu children (%lu failed), %lu allocator operations\n", mode, seconds,
 	       (unsigned long)forks_done, (unsigned long)children_failed, (unsigned long)ops);
 	CHECK(forks_done > 0, "no child was created");
 	CHECK(children_failed == 0, "%lu children failed or hung", (unsigned long)children_failed);
+	if (!strcmp(mode, "_fork") || !strcmp(mode, "clone"))
+		printf("forks %s: %lu children printed a line (lock take-over)\n", mode,
+		       (unsigned long)children_said);
+	CHECK(strcmp(mode, "_fork") || children_said == 0,
+	      "%lu _Fork children took a lock over: vmapalloc's fork handlers did not run",
+	      (unsigned long)children_said);
 	if (vmt_vm)
 		CHECK(CTR("large_blocks_in_use") == blocks0, "large blocks in use %llu, %llu at the start",
 		      (unsigned long long)CTR("large_blocks_in_use"), (unsigned long long)blocks0);
@@ -271,8 +389,9 @@ int main(int argc, char **argv)
 		mode = argv[1];
 	if (argc > 2)
 		seconds = atof(argv[2]);
-	if (strcmp(mode, "threads") && strcmp(mode, "sigfork") && strcmp(mode, "spawn")) {
-		fprintf(stderr, "usage: forks threads|sigfork|spawn [SECONDS]\n");
+	if (strcmp(mode, "threads") && strcmp(mode, "sigfork") && strcmp(mode, "spawn") &&
+	    strcmp(mode, "_fork") && strcmp(mode, "clone")) {
+		fprintf(stderr, "usage: forks threads|sigfork|spawn|_fork|clone [SECONDS]\n");
 		return 2;
 	}
 	int st = rel_watchdog(mode, run, NULL, seconds + 60);

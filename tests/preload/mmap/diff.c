@@ -3253,6 +3253,166 @@ static void pl_map_fixed_freed_block(void)
     }
 }
 
+/* ================================================================== mseal */
+
+/*
+ * mseal (Linux 6.10): glibc 2.36 has no wrapper, so through syscall(), as
+ * programs built against it do (vmapalloc exports syscall for this number).
+ * A sealed range can be neither unmapped, moved, resized, mapped over nor
+ * protected again; madvise(DONTNEED) is refused on read-only anonymous
+ * pages only.  Sealing is for good: these cases leave sealed mappings
+ * behind, so they come last.  A kernel without mseal says ENOSYS to every
+ * call, in both runs alike.
+ */
+#ifndef SYS_mseal
+#define SYS_mseal 462
+#endif
+
+static int msl(const char *tag, void *a, size_t len, unsigned long flags)
+{
+    errno = ERRNO_SENTINEL;
+    int r = (int)syscall(SYS_mseal, a, len, flags);
+    return log_int(tag, "mseal", r, errno);
+}
+
+/* A hole of n pages the case controls: mapped, then unmapped. */
+static char *hole(const char *tag, size_t n)
+{
+    char *h = anon(tag, n);
+    if (h != MAP_FAILED)
+        un("unmap the hole", h, n * PG);
+    return h;
+}
+
+static void c_mseal_whole(void)
+{
+    char *a = mapfilled("map 8 pages", 8, 401);
+    NEED(a);
+    char *b = hole("map a hole", 8);
+    NEED(b);
+    msl("seal all", a, 8 * PG, 0);
+    un("munmap all", a, 8 * PG);
+    un("munmap page 3", AT(a, 3), PG);
+    un("munmap pages 6-9 (beyond the end)", AT(a, 6), 4 * PG);
+    mp("mprotect READ", a, 8 * PG, PROT_READ);
+    mp("mprotect page 1 NONE", AT(a, 1), PG, PROT_NONE);
+    mr("mremap shrink", a, 8 * PG, 4 * PG, 0, NULL);
+    mr("mremap grow MAYMOVE", a, 8 * PG, 16 * PG, MREMAP_MAYMOVE, NULL);
+    mr("mremap same size FIXED", a, 8 * PG, 8 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, b);
+    mr("mremap DONTUNMAP", a, 8 * PG, 8 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    mm("MAP_FIXED over page 2", AT(a, 2), PG, RW, PA | MAP_FIXED, -1, 0);
+    mm("MAP_FIXED_NOREPLACE over page 2", AT(a, 2), PG, RW, PA | MAP_FIXED_NOREPLACE, -1, 0);
+    ma("DONTNEED page 0", a, PG, MADV_DONTNEED);
+    zero("page 0 zero", a, 0, 1);
+    ml("mlock page 1", AT(a, 1), PG);
+    mul("munlock page 1", AT(a, 1), PG);
+    msl("seal again", a, 8 * PG, 0);
+    content("pages 1-7 kept", a, 1, 7, 401);
+    probe("access", a, 8);
+}
+
+static void c_mseal_part(void)
+{
+    char *a = mapfilled("map 8 pages", 8, 402);
+    NEED(a);
+    msl("seal pages 2-5", AT(a, 2), 4 * PG, 0);
+    un("munmap all", a, 8 * PG);
+    probe("nothing unmapped", a, 8);
+    un("munmap pages 0-1", a, 2 * PG);
+    un("munmap pages 6-7", AT(a, 6), 2 * PG);
+    mp("mprotect pages 2-3 READ", AT(a, 2), 2 * PG, PROT_READ);
+    mr("mremap pages 2-5 shrink", AT(a, 2), 4 * PG, 2 * PG, 0, NULL);
+    mm("MAP_FIXED over pages 1-2", AT(a, 1), 2 * PG, RW, PA | MAP_FIXED, -1, 0);
+    content("pages 2-5 kept", a, 2, 4, 402);
+    probe("access", a, 8);
+    mm("MAP_FIXED over page 1 (a hole)", AT(a, 1), PG, RW, PA | MAP_FIXED, -1, 0);
+    probe("access after", a, 8);
+}
+
+static void c_mseal_unmapped(void)
+{
+    char *a = mapfilled("map 8 pages", 8, 403);
+    NEED(a);
+    un("munmap pages 2-5", AT(a, 2), 4 * PG);
+    msl("seal all (a hole inside)", a, 8 * PG, 0);
+    msl("seal the hole", AT(a, 2), 4 * PG, 0);
+    msl("seal pages 1-2", AT(a, 1), 2 * PG, 0);
+    un("munmap all: nothing was sealed", a, 8 * PG);
+    probe("access", a, 8);
+    char *b = mapfilled("map 4 pages", 4, 404);
+    NEED(b);
+    un("munmap them", b, 4 * PG);
+    msl("seal the freed range", b, 4 * PG, 0);
+    char *c = anon("map 4 pages again", 4);
+    NEED(c);
+    un("munmap them: not sealed", c, 4 * PG);
+}
+
+static void c_mseal_errors(void)
+{
+    char *a = mapfilled("map 4 pages", 4, 405);
+    NEED(a);
+    msl("flags 1", a, PG, 1);
+    msl("unaligned address", a + 1, PG, 0);
+    msl("length 0", a, 0, 0);
+    msl("length wraps", a, (size_t)0 - PG, 0);
+    msl("length 1: page 0", a, 1, 0);
+    un("munmap page 0", a, PG);
+    un("munmap pages 1-3", AT(a, 1), 3 * PG);
+    probe("access", a, 4);
+}
+
+static void c_mseal_onto(void)
+{
+    char *a = mapfilled("map 4 pages A", 4, 406);
+    NEED(a);
+    char *b = mapfilled("map 4 pages B", 4, 407);
+    NEED(b);
+    msl("seal A", a, 4 * PG, 0);
+    mr("mremap B onto A", b, 4 * PG, 4 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, a);
+    mr("mremap B onto A's last page", b, PG, PG, MREMAP_MAYMOVE | MREMAP_FIXED, AT(a, 3));
+    content("A kept", a, 0, 4, 406);
+    content("B kept", b, 0, 4, 407);
+    un("munmap B", b, 4 * PG);
+    probe("access A", a, 4);
+}
+
+static void c_mseal_readonly(void)
+{
+    char *a = mapfilled("map 8 pages", 8, 408);
+    NEED(a);
+    mp("mprotect pages 0-3 READ", a, 4 * PG, PROT_READ);
+    msl("seal all", a, 8 * PG, 0);
+    ma("DONTNEED pages 0-3 (read-only)", a, 4 * PG, MADV_DONTNEED);
+    ma("DONTNEED pages 4-5", AT(a, 4), 2 * PG, MADV_DONTNEED);
+    ma("FREE page 0", a, PG, MADV_FREE);
+    ma("RANDOM all", a, 8 * PG, MADV_RANDOM);
+    mp("mprotect pages 4-7 READ", AT(a, 4), 4 * PG, PROT_READ);
+    content("pages 0-3 kept", a, 0, 4, 408);
+    zero("pages 4-5 zero", a, 4, 2);
+    content("pages 6-7 kept", a, 6, 2, 408);
+    probe("access", a, 8);
+}
+
+static void c_mseal_no_reuse(void)
+{
+    char *a = anon("map 16 pages", 16);
+    NEED(a);
+    msl("seal them", a, 16 * PG, 0);
+    int overlap = 0, ok = 0;
+    for (int i = 0; i < 64; i++) {
+        char *p = mmap(NULL, 16 * PG, RW, PA, -1, 0);
+        if (p == MAP_FAILED)
+            continue;
+        ok++;
+        overlap += p < a + 16 * PG && a < p + 16 * PG;
+        memset(p, 1, 16 * PG);
+        munmap(p, 16 * PG);
+    }
+    T("64 map/unmap cycles of the same size: %d mapped, %d over the sealed pages", ok, overlap);
+    zero("the sealed pages still zero", a, 0, 16);
+}
+
 /* =================================================================== table */
 
 struct tcase {
@@ -3413,6 +3573,14 @@ static const struct tcase cases[] = {
     C("random-vmas", c_random_vmas, "2500 random mprotect/madvise/mlock of parts, mremap grow/shrink/FIXED, munmap: results, pages, contents"),
     C("random-churn", c_random_churn, "3000 random map/unmap/partial/mremap/mprotect operations with checks"),
     C("threads-churn", c_threads_churn, "4 threads x 300 map/fill/partial-unmap/unmap cycles"),
+    /* mseal last: sealed mappings stay for good */
+    C("mseal-whole", c_mseal_whole, "sealed mapping: munmap/mprotect/mremap/MAP_FIXED EPERM; DONTNEED, mlock allowed"),
+    C("mseal-part", c_mseal_part, "pages 2-5 sealed: munmap over them EPERM, around them fine"),
+    C("mseal-unmapped", c_mseal_unmapped, "mseal over a hole or a freed range: ENOMEM, nothing sealed"),
+    C("mseal-errors", c_mseal_errors, "flags, unaligned, length 0, wrapping length; length 1 seals a page"),
+    C("mseal-onto", c_mseal_onto, "mremap MREMAP_FIXED onto sealed pages: EPERM, both kept"),
+    C("mseal-readonly", c_mseal_readonly, "DONTNEED refused on sealed read-only pages only"),
+    C("mseal-no-reuse", c_mseal_no_reuse, "sealed pages are never handed out again"),
 };
 
 static const struct tcase pl_cases[] = {
