@@ -518,7 +518,9 @@ reserved:
 	vmap_buf_u64(b, V(run_hits));
 	vmap_buf_str(b, " (");
 	vmap_buf_pct(b, V(run_hits), served);
-	vmap_buf_str(b, "), fresh ");
+	vmap_buf_str(b, "; ");
+	vmap_buf_u64(b, V(run_steals));
+	vmap_buf_str(b, " from another shard), fresh ");
 	vmap_buf_u64(b, V(pool_misses));
 	vmap_buf_str(b, " (page faults); calloc zeroing skipped ");
 	vmap_buf_u64(b, V(calloc_zero_skipped));
