@@ -541,11 +541,12 @@ static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, siz
  * program munmap()ed come in between: lazily protected ones right after the
  * dirty runs (resident: one mprotect), guarded ones before fresh memory
  * (one madvise, then faults like fresh memory, but no new address space).
- * *state is the run's state; the area's kind is the run's (*big).  With
- * resident_only, only the lists that need no page fault (dirty, protected).
+ * *state is the run's state; the area's kind is the run's (*big); *resident
+ * how many of its pages were resident (cached).  With resident_only, only
+ * the lists that need no page fault (dirty, protected).
  */
 static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
-			      unsigned *state_out, bool resident_only)
+			      unsigned *state_out, uint64_t *resident_out, bool resident_only)
 {
 	const bool k = *big;
 	const unsigned order[9] = {
@@ -559,6 +560,7 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 	uintptr_t found = 0;
 	for (int i = 0; i < (resident_only ? 4 : 9) && !found; i++)
 		found = run_find(s, order[i], pages, align);
+	*resident_out = 0;
 	if (!found)
 		return 0;
 	struct vmap_region *r = vmap_region_of(found);
@@ -566,6 +568,33 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 	uint64_t t = e->tag, m = vmap_tag_pages(t), stamp = e->stamp;
 	unsigned state = vmap_tag_run_state(t);
 	bool kind = t & VMAP_TAG_BIG;
+	if (state == VMAP_RUN_ZERO && align <= VMAP_PAGE && found > r->base) {
+		/* Fresh memory right after a resident run too small for the
+		 * request (else it would have been found): the area starts in
+		 * the resident run and takes from the fresh one only what is
+		 * missing.  Fewer pages fault, and the resident run, which
+		 * nothing that big could use, does not stay behind as a hole
+		 * (bench random: the heap grows past its live blocks into
+		 * fresh memory until fragmentation is steady). */
+		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
+		unsigned lst = vmap_tag_state(lt);
+		uint64_t lp = vmap_tag_pages(lt);
+		if ((lst == VMAP_ST_FREE_TAIL || (lst == VMAP_ST_FREE && lp == 1)) &&
+		    run_mergeable(lt, s->id, kind, VMAP_RUN_DIRTY) && lp < pages) {
+			uintptr_t ls = found - (lp << VMAP_PAGE_SHIFT);
+			struct vmap_pte *le = vmap_pte_of(r, ls);
+			vmap_run_take_locked(s, le, le->tag);
+			vmap_run_take_locked(s, e, t);
+			uint64_t fresh = pages - lp;
+			if (m > fresh)
+				vmap_run_set_locked(s, r, found + (fresh << VMAP_PAGE_SHIFT), m - fresh,
+						    VMAP_RUN_ZERO, kind, stamp);
+			*state_out = VMAP_RUN_DIRTY; /* contents: not known zero */
+			*resident_out = lp;
+			*big = kind;
+			return ls;
+		}
+	}
 	vmap_run_take_locked(s, e, t);
 	uintptr_t al = (found + align - 1) & ~(uintptr_t)(align - 1);
 	uint64_t lead = (al - found) >> VMAP_PAGE_SHIFT;
@@ -575,6 +604,7 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 	if (rest)
 		vmap_run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, state, kind, stamp);
 	*state_out = state;
+	*resident_out = state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED ? pages : 0;
 	*big = kind;
 	return al;
 }
@@ -764,7 +794,7 @@ static void pools_to_runs_locked(struct vmap_shard *s)
 /* Publishes the area carved at a from s's runs (shard lock held on entry,
  * released) and does what its former state asks. */
 static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint64_t pages,
-			  bool kind, unsigned state, bool *zero, uint64_t tag)
+			  bool kind, unsigned state, uint64_t resident, bool *zero, uint64_t tag)
 {
 	struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 	__atomic_store_n(&e->tag,
@@ -778,10 +808,13 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 		vmap_unprotect(a, pages);
 	if (!tag)
 		guard_page(a, pages, MADV_GUARD_INSTALL);
-	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED) {
+	if (resident)
+		vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)(resident << VMAP_PAGE_SHIFT));
+	if (resident == pages) {
 		vmap_stat_add_cpu(cpu, VMAP_STAT_run_hits, 1);
-		vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)(pages << VMAP_PAGE_SHIFT));
 	} else {
+		if (resident)
+			vmap_stat_add_cpu(cpu, VMAP_STAT_run_extends, 1);
 		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
 		if (vmap_opt.populate && *zero)
 			vmap_os_madvise((void *)a, (pages - !(tag & VMAP_TAG_MMAP)) << VMAP_PAGE_SHIFT,
@@ -793,11 +826,11 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 /* Resident memory of this shard that fits, its pools merged into runs first
  * when its runs alone do not (shard lock held). */
 static uintptr_t carve_resident_locked(struct vmap_shard *s, bool *kind, uint64_t pages,
-				       size_t align, unsigned *state)
+				       size_t align, unsigned *state, uint64_t *resident)
 {
 	if (!*kind && !vmap_guard_on && !run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
 		pools_to_runs_locked(s); /* (with guards, pooled areas carry markers: kept whole) */
-	return carve_locked(s, kind, pages, align, state, true);
+	return carve_locked(s, kind, pages, align, state, resident, true);
 }
 
 /* pages: the whole area; tag: VMAP_TAG_MMAP for the program's mmap (no guard
@@ -817,10 +850,11 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 {
 	/* Shard lock held on entry, released on return. */
 	unsigned state;
+	uint64_t resident;
 	bool kind = big;
-	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state);
+	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state, &resident);
 	if (a)
-		return carve_finish(s, cpu, a, pages, kind, state, zero, tag);
+		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
 	if (vmap_nshards > 1) {
 		vmap_shard_unlock(s);
 		for (unsigned i = 1; i < vmap_nshards; i++) {
@@ -830,10 +864,10 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 				continue;
 			vmap_shard_lock(o);
 			kind = big;
-			a = carve_resident_locked(o, &kind, pages, align, &state);
+			a = carve_resident_locked(o, &kind, pages, align, &state, &resident);
 			if (a) {
 				vmap_stat_add_cpu(cpu, VMAP_STAT_run_steals, 1);
-				return carve_finish(o, cpu, a, pages, kind, state, zero, tag);
+				return carve_finish(o, cpu, a, pages, kind, state, resident, zero, tag);
 			}
 			vmap_shard_unlock(o);
 		}
@@ -841,9 +875,9 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
 		kind = big;
-		a = carve_locked(s, &kind, pages, align, &state, false);
+		a = carve_locked(s, &kind, pages, align, &state, &resident, false);
 		if (a)
-			return carve_finish(s, cpu, a, pages, kind, state, zero, tag);
+			return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
 		vmap_shard_unlock(s);
 		if (attempt == 1)
 			vmap_range_purge(true); /* arena full: give everything back, retry */
