@@ -85,7 +85,11 @@ static uint64_t pressure_limit(void)
 	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
 	if (vmap_opt.lazy_max)
 		return limit;
-	uint64_t in_use = approx(VMAP_STAT_large_bytes_in_use) + approx(VMAP_STAT_mmap_bytes_in_use);
+	/* This thread's unfolded delta too (its frees just before this call):
+	 * other threads' are at most a few dozen operations each. */
+	int64_t large = vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
+			vmap_local.n[VMAP_STAT_large_bytes_in_use];
+	uint64_t in_use = (large > 0 ? (uint64_t)large : 0) + approx(VMAP_STAT_mmap_bytes_in_use);
 	return in_use > limit ? in_use : limit;
 }
 
