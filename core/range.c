@@ -1013,6 +1013,36 @@ static struct vmap_pte *live_pte(const void *p, const char *who, uint64_t *tag)
 
 static __thread uint32_t vmap_cached_frees;
 
+/*
+ * A freed area with a resident free run of its shard and kind just before or
+ * after it (tags read without the lock: a hint).  Such an area goes to the
+ * free runs at once, past the thread cache and the exact-size pools: merged,
+ * it serves any size, where kept whole it waits for its own size while the
+ * run beside it stays too small for the larger requests, which then take
+ * fresh memory.  Repeated sizes are unaffected: their neighbours are live
+ * or pooled areas, not free runs.  (bench random, 64 KiB-4 MiB, 0.3 s:
+ * 26-35k page faults with the pools, 19-20k without them.)
+ */
+static bool beside_resident_run(struct vmap_region *r, struct vmap_pte *e, uintptr_t a,
+				uint64_t pages, uint64_t t)
+{
+	unsigned shard = vmap_tag_shard(t);
+	bool big = t & VMAP_TAG_BIG;
+	if (a > r->base) {
+		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
+		unsigned st = vmap_tag_state(lt);
+		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
+		    run_mergeable(lt, shard, big, VMAP_RUN_DIRTY))
+			return true;
+	}
+	if (a + (pages << VMAP_PAGE_SHIFT) < r->base + r->size) {
+		uint64_t rt = __atomic_load_n(&e[pages].tag, __ATOMIC_RELAXED);
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && run_mergeable(rt, shard, big, VMAP_RUN_DIRTY))
+			return true;
+	}
+	return false;
+}
+
 void vmap_range_free(void *p, const char *who)
 {
 	uint64_t t;
@@ -1024,7 +1054,11 @@ void vmap_range_free(void *p, const char *who)
 		invalid_pointer(who, p, t); /* lost a race with another free of p */
 	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
-	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && vmap_cache_push(owner, (uintptr_t)p, pages)) {
+	bool to_runs = pages > vmap_pool_exact ||
+		       (!vmap_guard_on && beside_resident_run(vmap_region_of((uintptr_t)p), e,
+							      (uintptr_t)p, pages, t));
+	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && !to_runs &&
+	    vmap_cache_push(owner, (uintptr_t)p, pages)) {
 		/* In this thread's cache: outside the purge's reach and budget; no
 		 * CPU number, clock or lock needed.  The age purge is looked at on
 		 * every 64th such free (it is looked at on every other free). */
@@ -1058,9 +1092,10 @@ void vmap_range_free(void *p, const char *who)
 		 * out memory with the wrong protection (counted as still in use). */
 		return;
 	}
-	if (pages > vmap_pool_exact) {
-		/* Larger areas become a resident free run, merged with its free
-		 * neighbours, reusable by any size. */
+	if (to_runs) {
+		/* Larger areas (and those beside a resident run) become a
+		 * resident free run, merged with its free neighbours, reusable
+		 * by any size. */
 		guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE);
 		vmap_shard_lock(owner);
 		vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY, t & VMAP_TAG_BIG, now);
