@@ -13,7 +13,9 @@
  *     (bench random: 64 MiB cached, 128 MiB live, 30 faults per operation,
  *     for 4% less RSS than not purging), so the limit doubles instead, up to
  *     twice the bytes the program has in use (or had at its peak); a delay without pressure halves it
- *     back.  A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no growth.  Age still returns whatever waits longer than the delay;
+ *     back.  Whatever the limit, a cache no larger than the bytes in use is
+ *     not pressure (pressure_limit).  A VMAPALLOC_LAZY_MAX set by the user is
+ *     a hard cap: no growth, no floor.  Age still returns whatever waits longer than the delay;
  *   - or cached areas have waited longer than VMAPALLOC_PURGE_DELAY_MS: those
  *     (and only those) are released, checked at most once per delay;
  *   - or malloc_trim()/vmapalloc_purge() asks for everything.
