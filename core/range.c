@@ -856,12 +856,17 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	if (a)
 		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
 	if (vmap_nshards > 1) {
+		/* Bounded on many-CPU machines: the next STEAL_SCAN shards are
+		 * looked at (one cache line each), STEAL_TRIES of them locked. */
+		enum { STEAL_SCAN = 16, STEAL_TRIES = 4 };
+		unsigned tries = 0;
 		vmap_shard_unlock(s);
-		for (unsigned i = 1; i < vmap_nshards; i++) {
+		for (unsigned i = 1; i < vmap_nshards && i <= STEAL_SCAN && tries < STEAL_TRIES; i++) {
 			struct vmap_shard *o = &vmap_shards[(s->id + i) % vmap_nshards];
 			if (__atomic_load_n(&o->cached_bytes, __ATOMIC_RELAXED) <
 			    pages << VMAP_PAGE_SHIFT) /* a hint: too little to fit */
 				continue;
+			tries++;
 			vmap_shard_lock(o);
 			kind = big;
 			a = carve_resident_locked(o, &kind, pages, align, &state, &resident);
