@@ -131,8 +131,10 @@ static unsigned collect(enum purge_mode mode, uint64_t older_than)
 					break; /* the rest of this pool is younger */
 				vmap_pool_remove_locked(s, c, a);
 				uint64_t t = e->tag, pages = vmap_tag_pages(t);
-				e->tag = vmap_tag_make(VMAP_ST_PURGING, s->id, pages, t & VMAP_TAG_BIG);
-				victims[n++] = (struct vmap_victim){a, pages, e->tag};
+				uint64_t pt = vmap_tag_make(VMAP_ST_PURGING, s->id, pages, t & VMAP_TAG_BIG);
+				/* Atomic: a free next to it reads it without the lock. */
+				__atomic_store_n(&e->tag, pt, __ATOMIC_RELAXED);
+				victims[n++] = (struct vmap_victim){a, pages, pt};
 				taken += pages << VMAP_PAGE_SHIFT;
 			}
 		}

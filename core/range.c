@@ -681,7 +681,11 @@ unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint6
 		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 		uint64_t t = e->tag, np = vmap_tag_pages(t);
 		vmap_run_take_locked(s, e, t);
-		e->tag = vmap_tag_make(VMAP_ST_PURGING, s->id, np, t & (VMAP_TAG_BIG | VMAP_TAG_PROTECTED));
+		/* Atomic: a free next to it reads it without the lock (range free). */
+		__atomic_store_n(&e->tag,
+				 vmap_tag_make(VMAP_ST_PURGING, s->id, np,
+					       t & (VMAP_TAG_BIG | VMAP_TAG_PROTECTED)),
+				 __ATOMIC_RELAXED);
 		out[n++] = (struct vmap_victim){a, np, e->tag};
 		got += np << VMAP_PAGE_SHIFT;
 	}
