@@ -518,9 +518,13 @@ reserved:
 	vmap_buf_u64(b, V(run_hits));
 	vmap_buf_str(b, " (");
 	vmap_buf_pct(b, V(run_hits), served);
-	vmap_buf_str(b, "), fresh ");
+	vmap_buf_str(b, "; ");
+	vmap_buf_u64(b, V(run_steals));
+	vmap_buf_str(b, " from another shard), fresh ");
 	vmap_buf_u64(b, V(pool_misses));
-	vmap_buf_str(b, " (page faults); calloc zeroing skipped ");
+	vmap_buf_str(b, " (page faults; ");
+	vmap_buf_u64(b, V(run_extends));
+	vmap_buf_str(b, " extending a resident run); calloc zeroing skipped ");
 	vmap_buf_u64(b, V(calloc_zero_skipped));
 	line(b, "realloc of large blocks");
 	vmap_buf_str(b, "in place ");
