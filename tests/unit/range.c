@@ -9,11 +9,14 @@
  */
 #include "unit.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
+
+#include "cache.h"
 
 /* One shard, no age purge: deterministic reuse whatever CPU we run on. */
 static const char *const one_shard[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
@@ -867,4 +870,122 @@ Test(range, pool_pages_option_is_honoured)
 	void *d = alloc_ok(16 * 4096, VMAP_PAGE, NULL);
 	cr_assert(vmap_range_usable(d, "test") >= 16 * 4096);
 	vmap_range_free(d, "free");
+}
+
+/* ---- the thread cache's hot area (cache.c) ---------------------------------- */
+
+static void cache_setup(void)
+{
+	range_setup(one_shard);
+	vmap_cache_init(2);
+}
+
+Test(range, hot_area_serves_a_smaller_request_at_its_start_and_merges_back)
+{
+	cache_setup();
+	void *p = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL); /* 101 pages with the guard */
+	vmap_range_free(p, "free");
+	void *q = alloc_ok(40 * VMAP_PAGE, VMAP_PAGE, NULL); /* 41 */
+	cr_assert_eq(q, p, "the freed area's start serves the smaller request");
+	cr_assert_eq(vmap_range_usable(q, "test"), 40 * VMAP_PAGE, "split: the block has its own size");
+	uint64_t rt = tag_of((char *)p + 41 * VMAP_PAGE);
+	cr_assert_eq(vmap_tag_state(rt), VMAP_ST_CACHED, "the rest is a cached area of its own");
+	cr_assert_eq(vmap_tag_pages(rt), 60);
+	vmap_range_free(q, "free");
+	cr_assert_eq(tag_of((char *)p + 41 * VMAP_PAGE), 0, "merged back: no head inside");
+	cr_assert_eq(vmap_tag_pages(tag_of(p)), 101);
+	void *r = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_eq(r, p, "the whole area again");
+	vmap_range_free(r, "free");
+	vmap_range_check();
+}
+
+/* bench xthread at 1 thread: malloc of a random size, free, again.  The same
+ * address serves every size up to the largest freed (glibc's top chunk does
+ * the same), instead of cycling through areas of every size. */
+Test(range, random_sizes_reuse_one_address)
+{
+	cache_setup();
+	void *p = alloc_ok(MiB, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	uint64_t x = 88172645463325252ull;
+	int64_t misses = ctr(VMAP_STAT_pool_misses);
+	for (int i = 0; i < 200; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		size_t size = 64 * KiB + (size_t)(x % (MiB - 64 * KiB));
+		void *q = alloc_ok(size, VMAP_PAGE, NULL);
+		cr_assert_eq(q, p, "size %zu: another address", size);
+		memset(q, 0x5a, size);
+		vmap_range_free(q, "free");
+	}
+	cr_assert_eq(ctr(VMAP_STAT_pool_misses), misses, "nothing carved");
+}
+
+static void *free_elsewhere(void *p)
+{
+	vmap_range_free(p, "free");
+	return NULL;
+}
+
+/* A block lent from the hot area and freed by another thread goes to its
+ * shard like any other; the rest stays a cached area of this thread's until
+ * it is displaced or drained, and everything tiles the arena as before. */
+Test(range, hot_block_freed_by_another_thread)
+{
+	cache_setup();
+	void *p = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	void *q = alloc_ok(40 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_eq(q, p);
+	pthread_t th;
+	/* (The model check counts the calling thread's cache only: not run
+	 * by the other thread, while this one's cache holds the rest.) */
+	vmap_threads_seen = true;
+	cr_assert_eq(pthread_create(&th, NULL, free_elsewhere, q), 0);
+	pthread_join(th, NULL);
+	vmap_threads_seen = false;
+	cr_assert_eq(vmap_tag_state(tag_of(q)), VMAP_ST_CACHED);
+	cr_assert_eq(vmap_tag_pages(tag_of(q)), 41, "not merged by the other thread");
+	cr_assert_eq(vmap_tag_state(tag_of((char *)p + 41 * VMAP_PAGE)), VMAP_ST_CACHED);
+	vmap_range_check();
+	/* The hot area is lent: a request it would have served is served elsewhere. */
+	void *r = alloc_ok(90 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_neq(r, p);
+	vmap_range_check();
+	vmap_range_free(r, "free"); /* displaces the rest: into the cache */
+	vmap_range_check();
+	vmap_range_flush_cached();
+	vmap_range_check();
+	cr_assert_eq(vmap_range_purge(true) > 0, true);
+	vmap_range_check();
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+}
+
+/* malloc_trim while a block is lent: the rest is drained; the block, freed
+ * later, comes back as an ordinary area (no merge with drained space). */
+Test(range, trim_while_a_hot_block_is_lent)
+{
+	cache_setup();
+	void *p = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	void *q = alloc_ok(40 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_eq(q, p);
+	vmap_range_flush_cached();
+	vmap_range_check();
+	vmap_range_free(q, "free");
+	cr_assert_eq(vmap_tag_pages(tag_of(q)), 41, "no merge after the rest was drained");
+	vmap_range_check();
+	vmap_range_flush_cached();
+	vmap_range_check();
+}
+
+/* A double free of a lent block is caught like any other. */
+Test(range, double_free_of_a_hot_block_aborts, .signal = SIGABRT)
+{
+	cache_setup();
+	void *p = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	void *q = alloc_ok(40 * VMAP_PAGE, VMAP_PAGE, NULL);
+	vmap_range_free(q, "free");
+	vmap_range_free(q, "free");
 }
