@@ -493,42 +493,42 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 	return start;
 }
 
-/* A run of list li that holds `pages` pages at `align`, or 0.  The first
- * runs of each bin that may hold the request once aligned (from the bin of
- * `pages` to the bin of `pages` plus the worst-case alignment slack) are
- * checked for a real fit, best fit first; failing that, the head of the
- * smallest bin whose every run is large enough even at the worst alignment.
- * An aligned request thus reuses resident runs that happen to fit instead of
- * taking fresh memory whenever the slack would not fit. */
+/* A run of list li that holds `pages` pages at `align`, or 0: the smallest
+ * that fits once aligned (the lowest address among equals), looking at up
+ * to RUN_FIND_BUDGET runs per bin, from the bin of `pages` up to the first
+ * bin whose smallest possible run is no better than the best found.  Best
+ * fit keeps the large runs whole for the large requests: bench aligned
+ * (64 KiB-4 MiB at 4 KiB-2 MiB alignment) faulted 14% fewer pages than with
+ * the first fit of a bin's head above the request's bin. */
+#define RUN_FIND_BUDGET 64
 static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align)
 {
-	uint64_t need = pages + (align > VMAP_PAGE ? (align >> VMAP_PAGE_SHIFT) - 1 : 0);
-	unsigned hi = bin_of(need);
-	uint64_t mask = s->free_bin_mask[li];
-	for (unsigned b = bin_of(pages); b <= hi; b++) {
-		if (!(mask & (1ull << b)))
-			continue;
-		uintptr_t best = 0;
-		uint64_t best_m = UINT64_MAX;
-		int budget = 16;
+	uint64_t mask = s->free_bin_mask[li] & ~((1ull << bin_of(pages)) - 1);
+	uintptr_t best = 0;
+	uint64_t best_m = UINT64_MAX;
+	while (mask) {
+		unsigned b = (unsigned)__builtin_ctzll(mask);
+		mask &= mask - 1;
+		/* Every run of a bin is at least 2^b pages: once that is no
+		 * smaller than the best fit found, larger bins cannot beat it. */
+		if (best && (1ull << b) >= best_m)
+			break;
+		int budget = RUN_FIND_BUDGET;
 		for (uintptr_t a = s->free_bin[li][b]; a && budget-- > 0;) {
 			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 			uint64_t m = vmap_tag_pages(e->tag);
 			uintptr_t al = (a + align - 1) & ~(uintptr_t)(align - 1);
-			if (m < best_m && al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
+			if ((m < best_m || (m == best_m && a < best)) &&
+			    al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
 				best = a;
 				best_m = m;
 				if (m == pages)
-					break;
+					return best;
 			}
 			a = e->next;
 		}
-		if (best)
-			return best;
 	}
-	unsigned nb = hi + 1;
-	mask = nb < 64 ? mask & ~((1ull << nb) - 1) : 0;
-	return mask ? s->free_bin[li][__builtin_ctzll(mask)] : 0;
+	return best;
 }
 
 /*
@@ -674,6 +674,7 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 	p->head = a;
 	__atomic_store_n(&p->count, p->count + 1, __ATOMIC_RELAXED);
 	s->pool_mask[pages >> 6] |= 1ull << (pages & 63);
+	s->pool_bytes += pages << VMAP_PAGE_SHIFT;
 	cached_add(s, pages << VMAP_PAGE_SHIFT);
 }
 
@@ -692,6 +693,7 @@ void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a)
 	__atomic_store_n(&p->count, p->count - 1, __ATOMIC_RELAXED);
 	if (!p->count)
 		s->pool_mask[cls >> 6] &= ~(1ull << (cls & 63));
+	s->pool_bytes -= vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT;
 	cached_add(s, -(vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT));
 }
 
@@ -726,6 +728,12 @@ static uint64_t area_pages(size_t size, bool *big)
 	return n;
 }
 
+/* Pooled bytes per shard: beyond them, freed areas go to the free runs,
+ * where they merge and serve any size.  Pools pay off while sizes repeat;
+ * with random sizes (bench aligned, random: 64 KiB-4 MiB), 16/8/4 areas of
+ * each of 256 sizes held 80 MiB unmerged and the footprint grew: faults
+ * 57k -> 38k, peak RSS 344 -> 268 MiB over 60k operations with this cap. */
+#define POOL_MAX_BYTES ((uint64_t)4 << 20)
 static inline uint32_t pool_cap(uint64_t pages)
 {
 	return pages <= 17 ? 16 : pages <= 65 ? 8 : 4; /* usable <= 64 KiB, <= 256 KiB, more */
@@ -992,7 +1000,9 @@ void vmap_range_free(void *p, const char *who)
 		/* A pool holds a few areas of its size (16/8/4 like the thread
 		 * caches); more would sit unused when sizes vary, while in the
 		 * runs they merge and serve any size. */
-		bool pooled = owner->pool[pages].count < pool_cap(pages) || vmap_guard_on;
+		bool pooled = (owner->pool[pages].count < pool_cap(pages) &&
+			       owner->pool_bytes + (uint64_t)bytes <= POOL_MAX_BYTES) ||
+			      vmap_guard_on;
 		if (pooled)
 			vmap_pool_push_locked(owner, e, (uintptr_t)p, now);
 		else
@@ -1355,6 +1365,8 @@ void vmap_range_check(void)
 			if (cnt != s->pool[c].count)
 				check_fail("pool count disagrees with its list", c);
 		}
+		if (s->pool_bytes != shard_pool_bytes)
+			check_fail("pooled bytes of a shard disagree with its pools", i);
 		if (s->cached_bytes != shard_pool_bytes + dirty_bytes[i])
 			check_fail("cached bytes of a shard disagree with its pools and dirty runs", i);
 	}

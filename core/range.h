@@ -183,6 +183,7 @@ struct vmap_shard {
 	uintptr_t free_bin[VMAP_RUN_LISTS][VMAP_FREE_BINS];
 	uint64_t free_pages[VMAP_RUN_LISTS];
 	uint64_t cached_bytes;            /* pooled areas + dirty runs, under lock */
+	uint64_t pool_bytes;              /* pooled areas, under lock */
 	uint64_t pool_mask[(VMAP_NCLASSES + 63) / 64]; /* bit c set = pool c non-empty */
 	struct vmap_pool pool[VMAP_NCLASSES];
 } __attribute__((aligned(64)));

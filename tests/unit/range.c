@@ -989,3 +989,61 @@ Test(range, double_free_of_a_hot_block_aborts, .signal = SIGABRT)
 	vmap_range_free(q, "free");
 	vmap_range_free(q, "free");
 }
+
+/* ---- placement in the free runs ------------------------------------------------ */
+
+static const char *const no_pools[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+				       "VMAPALLOC_POOL_PAGES=0", NULL};
+
+/* Dirty runs of 70 and 120 pages (the larger freed last, so at the head of
+ * their bin): a 50-page request takes the 70-page run, the best fit. */
+Test(range, carve_takes_the_best_fitting_dirty_run)
+{
+	range_setup(no_pools);
+	void *a = alloc_ok(69 * VMAP_PAGE, VMAP_PAGE, NULL); /* 70 pages with the guard */
+	void *sep1 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	void *b = alloc_ok(119 * VMAP_PAGE, VMAP_PAGE, NULL); /* 120 */
+	void *sep2 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	vmap_range_free(a, "free");
+	vmap_range_free(b, "free");
+	cr_assert_eq(vmap_tag_state(tag_of(a)), VMAP_ST_FREE);
+	cr_assert_eq(vmap_tag_state(tag_of(b)), VMAP_ST_FREE);
+	void *c = alloc_ok(49 * VMAP_PAGE, VMAP_PAGE, NULL); /* 50 */
+	cr_assert_eq(c, a, "the 70-page run, not the 120-page one");
+	void *d = alloc_ok(110 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_eq(d, b, "the larger run stayed whole for a larger request");
+	(void)sep1, (void)sep2;
+}
+
+/* Pools hold at most a few MiB per shard: freed areas of many different
+ * sizes beyond that become free runs (which merge and serve any size)
+ * instead of waiting for their exact size. */
+Test(range, pools_hold_a_bounded_number_of_bytes)
+{
+	range_setup(one_shard);
+	enum { N = 24 };
+	void *p[N], *sep[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = alloc_ok((size_t)(60 + 3 * i) * VMAP_PAGE, VMAP_PAGE, NULL); /* 61..130 pages */
+		sep[i] = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	}
+	size_t freed = 0;
+	for (int i = 0; i < N; i++) {
+		vmap_range_free(p[i], "free");
+		freed += (size_t)(61 + 3 * i) * VMAP_PAGE;
+	}
+	cr_assert_gt(freed, 6 * MiB);
+	uint64_t pooled = 0;
+	int runs = 0;
+	for (int i = 0; i < N; i++) {
+		uint64_t t = tag_of(p[i]);
+		if (vmap_tag_state(t) == VMAP_ST_CACHED)
+			pooled += vmap_tag_pages(t) << VMAP_PAGE_SHIFT;
+		else if (vmap_tag_state(t) == VMAP_ST_FREE)
+			runs++;
+	}
+	cr_assert_leq(pooled, 4 * MiB, "%lu bytes pooled", (unsigned long)pooled);
+	cr_assert_gt(runs, 0, "the rest went to the free runs");
+	cr_assert_eq(vmap_shards[0].pool_bytes, pooled);
+	(void)sep;
+}
