@@ -346,12 +346,30 @@ static uintptr_t chunks_acquire(struct vmap_shard *s, bool big, size_t n)
 
 /* ---- shards ------------------------------------------------------------ */
 
+/*
+ * The shard a thread allocates from: the one of the CPU it ran on at its
+ * first allocation, kept until the thread has to wait for that shard's lock;
+ * it then takes the shard of the CPU it runs on at its next allocation.  The
+ * CPU alone, at every call, made a thread that the scheduler moves between
+ * CPUs allocate from every shard in turn while each free went back to the
+ * block's own shard: the freed memory of one shard could not serve the
+ * other's requests, so both carved fresh memory, the cache grew past the
+ * purge limit and the purges refaulted it (bench aligned, 1 thread on a
+ * loaded 2-CPU machine, 200k operations: 455k-985k page faults, peak RSS
+ * 480-490 MiB; one shard, or the thread pinned: 39-41k, 279 MiB).  Threads
+ * on different CPUs still spread over the shards, through contention.
+ */
+static __thread int vmap_tls_shard = -1;
+
 void vmap_shard_lock(struct vmap_shard *s)
 {
 	bool waited = vmap_lock(&s->lock, VMAP_RANK_SHARD);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_acquisitions, 1);
-	if (waited)
+	if (waited) {
 		vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_contended, 1);
+		if ((int)s->id == vmap_tls_shard)
+			vmap_tls_shard = -1; /* shared with another thread: move on */
+	}
 	__atomic_store_n(&s->lock_acquisitions, s->lock_acquisitions + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->lock_contended, s->lock_contended + waited, __ATOMIC_RELAXED);
 }
@@ -359,7 +377,10 @@ void vmap_shard_lock(struct vmap_shard *s)
 struct vmap_shard *vmap_shard_here(unsigned *cpu)
 {
 	*cpu = vmap_os_cpu();
-	return &vmap_shards[*cpu % vmap_nshards];
+	int h = vmap_tls_shard;
+	if (__builtin_expect(h < 0, 0))
+		vmap_tls_shard = h = (int)(*cpu % vmap_nshards);
+	return &vmap_shards[h];
 }
 
 /* ---- free runs (shard lock held) -------------------------------------- */

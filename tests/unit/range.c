@@ -1047,3 +1047,37 @@ Test(range, pools_hold_a_bounded_number_of_bytes)
 	cr_assert_eq(vmap_shards[0].pool_bytes, pooled);
 	(void)sep;
 }
+
+/* A thread keeps allocating from the shard it started on when the scheduler
+ * moves it to another CPU (until it has to wait for that shard's lock): its
+ * frees go back to that shard, where its next requests find them. */
+Test(range, a_thread_keeps_its_shard_across_cpus)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=2", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	cpu_set_t all, one;
+	cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+	int cpus[2], n = 0;
+	for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+		if (CPU_ISSET(c, &all))
+			cpus[n++] = c;
+	if (n < 2)
+		cr_skip_test("one CPU only");
+	CPU_ZERO(&one);
+	CPU_SET(cpus[0], &one);
+	cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+	range_setup(env);
+	void *p = alloc_ok(300 * KiB, VMAP_PAGE, NULL);
+	unsigned first = vmap_tag_shard(tag_of(p));
+	cr_assert_eq(first, vmap_os_cpu() % 2);
+	CPU_ZERO(&one);
+	CPU_SET(cpus[1], &one);
+	cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+	cr_assert_neq(vmap_os_cpu() % 2, first, "moved to a CPU of the other shard");
+	void *q = alloc_ok(700 * KiB, VMAP_PAGE, NULL);
+	cr_assert_eq(vmap_tag_shard(tag_of(q)), first, "the thread's shard, not the CPU's");
+	vmap_range_free(p, "free");
+	void *r = alloc_ok(300 * KiB, VMAP_PAGE, NULL);
+	cr_assert_eq(r, p, "its freed area is found again");
+	vmap_range_free(q, "free");
+	vmap_range_free(r, "free");
+}
