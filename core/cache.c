@@ -202,9 +202,11 @@ uintptr_t vmap_cache_pop(uint64_t *pages)
 	if (!tc)
 		return 0;
 	check_epoch(tc);
-	if (tc->hot && !tc->hot_lent && n <= tc->hot_pages) {
+	if (tc->hot && !tc->hot_lent && n <= tc->hot_pages &&
+	    (tc->hot_pages - n < 2 || !vmap_range_guard_on())) {
 		/* The hot area: split when the rest is an area (two pages or
-		 * more), else whole. */
+		 * more), else whole.  (Not split under VMAPALLOC_GUARD=1: the
+		 * block's last page would carry no guard marker.) */
 		uintptr_t a = tc->hot;
 		uint64_t rest = tc->hot_pages - n;
 		if (rest >= 2) {
@@ -275,6 +277,22 @@ uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages)
 	uintptr_t a = slot[--tc->count[pages]];
 	tc->bytes -= pages << VMAP_PAGE_SHIFT;
 	return a;
+}
+
+uintptr_t vmap_cache_grow_hot(uint64_t *pages)
+{
+	struct vmap_tcache *tc = vmap_tc_state == TC_ACTIVE ? vmap_tc : NULL;
+	uint64_t want = *pages;
+	if (!tc || !tc->hot || tc->hot_lent || want <= tc->hot_pages || want > CACHE_MAX_PAGES ||
+	    vmap_range_guard_on())
+		return 0;
+	if (vmap_cached_extend(tc->hot, tc->hot_pages, want) < 0)
+		return 0;
+	uint64_t extra = (want - tc->hot_pages) << VMAP_PAGE_SHIFT;
+	tc->hot_pages = want;
+	tc->bytes += extra;
+	vmap_stat_add_local(VMAP_STAT_thread_cached_bytes, (int64_t)extra);
+	return vmap_cache_pop(pages);
 }
 
 bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages)

@@ -731,6 +731,46 @@ unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr
 	return n;
 }
 
+/* Grows a cached area of this thread's (tag CACHED, in its cache, not in a
+ * pool) from `pages` to `want` pages into the free run that follows it, when
+ * that run is the same shard's and kind's, resident or known zero, and long
+ * enough: the thread cache's hot area grows in place, as glibc's top chunk
+ * does, instead of a larger area being carved elsewhere while it stays
+ * resident, unused.  Returns the bytes taken from a resident run (0 from a
+ * zero one), or -1 when it cannot grow. */
+int64_t vmap_cached_extend(uintptr_t a, uint64_t pages, uint64_t want)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	struct vmap_pte *e = vmap_pte_of(r, a);
+	uint64_t t = e->tag;
+	uintptr_t end = a + (pages << VMAP_PAGE_SHIFT);
+	if (end >= r->base + r->size)
+		return -1;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	bool big = t & VMAP_TAG_BIG;
+	int64_t got = -1;
+	vmap_shard_lock(s);
+	struct vmap_pte *re = vmap_pte_of(r, end);
+	uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED), rp = vmap_tag_pages(rt);
+	unsigned rs = vmap_tag_run_state(rt);
+	if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
+	    !!(rt & VMAP_TAG_BIG) == big && (rs == VMAP_RUN_DIRTY || rs == VMAP_RUN_ZERO) &&
+	    pages + rp >= want) {
+		uint64_t stamp = re->stamp, extra = want - pages;
+		vmap_run_take_locked(s, re, rt);
+		if (rp > extra)
+			vmap_run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, rs, big,
+					    stamp);
+		__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_CACHED, s->id, want, t & VMAP_TAG_BIG),
+				 __ATOMIC_RELEASE);
+		got = rs == VMAP_RUN_DIRTY ? (int64_t)(extra << VMAP_PAGE_SHIFT) : 0;
+	}
+	vmap_shard_unlock(s);
+	if (got > 0)
+		vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes, -got);
+	return got;
+}
+
 /* ---- the public range operations --------------------------------------- */
 
 /* Area pages (guard included) for a request, 0 on overflow. */
@@ -883,6 +923,8 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 		s = vmap_shard_here(&cpu);
 		if (cacheable)
 			a = vmap_cache_refill(s, pages);
+		if (!a && cacheable)
+			a = vmap_cache_grow_hot(&pages); /* pages: the hot area's, grown */
 	}
 	if (!a && pages <= vmap_pool_exact) {
 		from = VMAP_STAT_cached_bytes;

@@ -250,6 +250,9 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
 				   unsigned max);
 void vmap_purge_maybe(uint64_t now);
+/* Grows a cached area of the calling thread's into the free run after it
+ * (cache.c's hot area); bytes taken from a resident run, or -1. */
+int64_t vmap_cached_extend(uintptr_t a, uint64_t pages, uint64_t want);
 
 /* For mmap.c: the pieces of range.c it builds on (shard lock held where
  * the name says _locked). */

@@ -1081,3 +1081,50 @@ Test(range, a_thread_keeps_its_shard_across_cpus)
 	vmap_range_free(q, "free");
 	vmap_range_free(r, "free");
 }
+
+/* The hot area grows in place into the free run after it (the way glibc's
+ * top chunk grows) rather than a larger area being carved elsewhere while it
+ * stays resident and unused; not over a live neighbour. */
+Test(range, hot_area_grows_into_the_free_run_after_it)
+{
+	cache_setup();
+	void *p = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	int64_t misses = ctr(VMAP_STAT_pool_misses);
+	void *q = alloc_ok(200 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_eq(q, p, "grown in place");
+	cr_assert_eq(vmap_range_usable(q, "test"), 200 * VMAP_PAGE);
+	cr_assert_eq(ctr(VMAP_STAT_pool_misses), misses, "nothing carved");
+	memset(q, 0x33, 200 * VMAP_PAGE);
+	void *live = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL); /* right after q */
+	cr_assert_eq((char *)live, (char *)q + 201 * VMAP_PAGE);
+	vmap_range_free(q, "free");
+	void *r = alloc_ok(250 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_neq(r, p, "a live block follows: carved elsewhere");
+	vmap_range_check();
+	vmap_range_free(r, "free");
+	vmap_range_free(live, "free");
+	vmap_range_check();
+}
+
+/* VMAPALLOC_GUARD=1: a cached area carries its guard marker on its last
+ * page, so the hot area is not split (the block's own last page would not
+ * trap); an exact fit still reuses it. */
+Test(range, hot_area_is_not_split_under_guard_markers)
+{
+	static const char *const env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+					  "VMAPALLOC_GUARD=1", NULL};
+	range_setup(env);
+	if (!vmap_range_guard_on())
+		cr_skip_test("no MADV_GUARD_INSTALL on this kernel");
+	vmap_cache_init(2);
+	void *p = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL);
+	vmap_range_free(p, "free");
+	void *q = alloc_ok(40 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_neq(q, p, "not split");
+	void *r = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_eq(r, p, "whole");
+	vmap_range_free(q, "free");
+	vmap_range_free(r, "free");
+	vmap_range_check();
+}
