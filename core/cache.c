@@ -149,7 +149,7 @@ static void drain_entries(uintptr_t *s, unsigned n, uint64_t now)
 			held = owner;
 			vmap_shard_lock(held);
 		}
-		vmap_pool_push_locked(held, e, s[i], now);
+		vmap_area_park_locked(held, e, s[i], now);
 	}
 	if (held)
 		vmap_shard_unlock(held);

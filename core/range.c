@@ -800,6 +800,17 @@ static inline uint32_t pool_cap(uint64_t pages)
 	return pages <= 17 ? 16 : pages <= 65 ? 8 : 4; /* usable <= 64 KiB, <= 256 KiB, more */
 }
 
+void vmap_area_park_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now)
+{
+	uint64_t t = e->tag, pages = vmap_tag_pages(t);
+	/* (With guards, areas carry their marker: kept whole, in the pools.) */
+	if (vmap_guard_on || (pages <= vmap_pool_exact && s->pool[pages].count < pool_cap(pages) &&
+			      s->pool_bytes + (pages << VMAP_PAGE_SHIFT) <= POOL_MAX_BYTES))
+		vmap_pool_push_locked(s, e, a, now);
+	else
+		vmap_free_insert_locked(s, a, pages, VMAP_RUN_DIRTY, t & VMAP_TAG_BIG, now);
+}
+
 static inline void publish_live(struct vmap_pte *e, unsigned shard, uint64_t pages, bool big)
 {
 	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, shard, pages, big ? VMAP_TAG_BIG : 0),
@@ -1063,14 +1074,7 @@ void vmap_range_free(void *p, const char *who)
 		/* A pool holds a few areas of its size (16/8/4 like the thread
 		 * caches); more would sit unused when sizes vary, while in the
 		 * runs they merge and serve any size. */
-		bool pooled = (owner->pool[pages].count < pool_cap(pages) &&
-			       owner->pool_bytes + (uint64_t)bytes <= POOL_MAX_BYTES) ||
-			      vmap_guard_on;
-		if (pooled)
-			vmap_pool_push_locked(owner, e, (uintptr_t)p, now);
-		else
-			vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY,
-						t & VMAP_TAG_BIG, now);
+		vmap_area_park_locked(owner, e, (uintptr_t)p, now);
 		vmap_shard_unlock(owner);
 	}
 	vmap_stat_add_local(VMAP_STAT_large_frees, 1);

@@ -244,6 +244,9 @@ struct vmap_victim {
 unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
 				struct vmap_victim *out, unsigned max, uint64_t *taken);
 void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a);
+/* A freed area (tag CACHED) goes to its pool while the pool and the shard's
+ * pooled bytes are under their caps, else to the free runs (merging). */
+void vmap_area_park_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now);
 /* Files a freed area (tag CACHED) in its pool, the newest at the head. */
 void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now);
 /* Moves up to max areas of the pool for `pages` into out[]; returns how many. */

@@ -1128,3 +1128,26 @@ Test(range, hot_area_is_not_split_under_guard_markers)
 	vmap_range_free(r, "free");
 	vmap_range_check();
 }
+
+/* The same bound when a thread cache is drained (malloc_trim, thread exit,
+ * overflow): its areas go to the pools only while there is room. */
+Test(range, drained_thread_cache_respects_the_pool_bound)
+{
+	cache_setup();
+	enum { N = 24 };
+	void *p[N], *sep[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = alloc_ok((size_t)(60 + 3 * i) * VMAP_PAGE, VMAP_PAGE, NULL);
+		sep[i] = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	}
+	for (int i = 0; i < N; i++)
+		vmap_range_free(p[i], "free");
+	vmap_cache_trim();
+	vmap_range_check();
+	cr_assert_leq(vmap_shards[0].pool_bytes, 4 * MiB);
+	int runs = 0;
+	for (int i = 0; i < N; i++)
+		runs += vmap_tag_state(tag_of(p[i])) == VMAP_ST_FREE;
+	cr_assert_gt(runs, 0);
+	(void)sep;
+}
