@@ -16,6 +16,9 @@ uintptr_t vmap_cache_pop(uint64_t *pages);
 /* After a miss: refills the cache for `pages` from shard s (the shard of the
  * CPU this thread runs on, which becomes its home) and pops one, or 0. */
 uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages);
+/* After a miss: grows this thread's hot area in place to `*pages` when the
+ * free run after it allows, and pops it, or 0. */
+uintptr_t vmap_cache_grow_hot(uint64_t *pages);
 /* Keeps a freed area (tag already CACHED) in this thread's cache; false when
  * it must go to its owner shard instead (owner is not the thread's home, the
  * thread is a consumer, or the cache is full by bytes). */

@@ -189,6 +189,7 @@ struct vmap_shard {
 	uintptr_t free_bin[VMAP_RUN_LISTS][VMAP_FREE_BINS];
 	uint64_t free_pages[VMAP_RUN_LISTS];
 	uint64_t cached_bytes;            /* pooled areas + dirty runs, under lock */
+	uint64_t pool_bytes;              /* pooled areas, under lock */
 	uint64_t pool_mask[(VMAP_NCLASSES + 63) / 64]; /* bit c set = pool c non-empty */
 	struct vmap_pool pool[VMAP_NCLASSES];
 } __attribute__((aligned(64)));
@@ -249,12 +250,18 @@ struct vmap_victim {
 unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
 				struct vmap_victim *out, unsigned max, uint64_t *taken);
 void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a);
+/* A freed area (tag CACHED) goes to its pool while the pool and the shard's
+ * pooled bytes are under their caps, else to the free runs (merging). */
+void vmap_area_park_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now);
 /* Files a freed area (tag CACHED) in its pool, the newest at the head. */
 void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a, uint64_t now);
 /* Moves up to max areas of the pool for `pages` into out[]; returns how many. */
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
 				   unsigned max);
 void vmap_purge_maybe(uint64_t now);
+/* Grows a cached area of the calling thread's into the free run after it
+ * (cache.c's hot area); bytes taken from a resident run, or -1. */
+int64_t vmap_cached_extend(uintptr_t a, uint64_t pages, uint64_t want);
 
 /* For mmap.c: the pieces of range.c it builds on (shard lock held where
  * the name says _locked). */

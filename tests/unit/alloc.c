@@ -562,21 +562,25 @@ Test(alloc, small_only_process_reserves_nothing)
 	vmap_free(big);
 }
 
-/* The thread cache hands out an area up to an eighth larger than asked
- * (a near fit) rather than carving fresh memory; an exact fit is preferred. */
-Test(alloc, thread_cache_serves_a_near_fit, .init = setup)
+/* A freed area serves a smaller request at its start (the thread's hot area,
+ * split), and comes back whole when that block is freed. */
+Test(alloc, thread_cache_serves_a_smaller_request_from_the_hot_area, .init = setup)
 {
 	void *p = vmap_malloc(100 * 4096);
 	cr_assert_not_null(p);
 	memset(p, 1, 100 * 4096);
 	vmap_free(p);
-	void *q = vmap_malloc(95 * 4096); /* 96 pages wanted, 101 cached: within an eighth */
-	cr_assert_eq(q, p, "the cached area comes back for a slightly smaller request");
-	cr_assert_eq(vmap_usable_size(q), 100 * 4096, "with its own usable size");
+	void *q = vmap_malloc(95 * 4096);
+	cr_assert_eq(q, p, "the freed area comes back for a smaller request");
+	cr_assert_eq(vmap_usable_size(q), 95 * 4096, "with the size asked for");
 	vmap_free(q);
-	void *r = vmap_malloc(60 * 4096); /* 61 pages: 101 is far more than an eighth */
-	cr_assert_neq(r, p);
+	void *r = vmap_malloc(60 * 4096);
+	cr_assert_eq(r, p, "merged back, split again");
 	vmap_free(r);
+	void *s = vmap_malloc(100 * 4096);
+	cr_assert_eq(s, p, "whole again");
+	cr_assert_eq(vmap_usable_size(s), 100 * 4096);
+	vmap_free(s);
 }
 
 /* With per-CPU counters, the peak of large bytes in use is noted at counter
