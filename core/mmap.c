@@ -323,30 +323,29 @@ static bool spans_vmas(struct vmap_region *r, uintptr_t head, uint64_t t, uintpt
 	return false;
 }
 
-/* Are any pages of [x, x + len) of the served mapping mlocked? */
-static bool locked_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len)
+/* Do any pages of [x, x + len) of the served mapping carry attribute bit
+ * `va` (VA_LOCKED: mlocked; VA_SEALED: mseal)? */
+static bool attr_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len,
+		    unsigned va)
 {
 	if (!(t & VMAP_TAG_ATTR))
 		return false;
 	if (!(t & VMAP_TAG_SEGS))
-		return head_attrs(t) & VA_LOCKED;
+		return head_attrs(t) & va;
 	for (uintptr_t y = x; y < x + len; y += VMAP_PAGE)
-		if (attrs_at(r, head, t, y) & VA_LOCKED)
+		if (attrs_at(r, head, t, y) & va)
 			return true;
 	return false;
 }
 
-/* Are any pages of [x, x + len) of the served mapping sealed (mseal)? */
+static bool locked_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len)
+{
+	return attr_in(r, head, t, x, len, VA_LOCKED);
+}
+
 static bool sealed_in(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, size_t len)
 {
-	if (!(t & VMAP_TAG_ATTR))
-		return false;
-	if (!(t & VMAP_TAG_SEGS))
-		return head_attrs(t) & VA_SEALED;
-	for (uintptr_t y = x; y < x + len; y += VMAP_PAGE)
-		if (attrs_at(r, head, t, y) & VA_SEALED)
-			return true;
-	return false;
+	return attr_in(r, head, t, x, len, VA_SEALED);
 }
 
 /* Makes fresh pages [x, x + len) (read-write, no advice, unlocked) have the
