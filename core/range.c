@@ -278,6 +278,13 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 		vmap_run_set_locked(s, r, run, (cs - run) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, big, stamp);
 	if (end > ce)
 		vmap_run_set_locked(s, r, ce, (end - ce) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, big, stamp);
+	/* A huge-page chunk's zero runs may still be resident: a 2 MiB page a
+	 * block faulted in reaches into them, and purging the block splits it
+	 * and frees only the block's range (F15).  Dropped before the chunk
+	 * leaves: one call per 64 MiB returned, rare, and cheap where nothing
+	 * is resident (the one system call made under a shard lock). */
+	if (big)
+		vmap_os_madvise((void *)cs, ce - cs, MADV_DONTNEED);
 	/* Rank GLOBAL under rank SHARD: the order chunks_acquire's callers never
 	 * invert (they hold no shard lock while they take the global one). */
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
