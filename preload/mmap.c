@@ -9,8 +9,10 @@
  * mmap to mmap64: both names are defined here, so the header must not. */
 #undef _FILE_OFFSET_BITS
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include "alloc.h"
 #include "mmap.h"
@@ -132,9 +134,9 @@ EXPORT int mseal(void *addr, size_t len, unsigned long flags)
 }
 
 /*
- * syscall(): every number but mseal's goes straight to the kernel, as in
- * glibc (six arguments read, whatever the call takes; -1 and errno for
- * -4095..-1).  A fork-like clone through it returns in both processes as
+ * syscall(): every number but mseal's (and vfork's, made a fork) goes
+ * straight to the kernel, as in glibc (six arguments read, whatever the call
+ * takes; -1 and errno for -4095..-1).  A fork-like clone through it returns in both processes as
  * through glibc's; a CLONE_VM child on a new stack cannot return through
  * either.
  */
@@ -151,6 +153,11 @@ EXPORT long syscall(long nr, ...)
 	if (nr == NR_MSEAL) {
 		vmap_init();
 		r = vmap_mseal((void *)a, (size_t)b, (unsigned long)c);
+	} else if (nr == SYS_vfork) {
+		/* The child would return through these C frames on the parent's
+		 * stack (glibc's syscall() is leaf assembly, where it happens to
+		 * survive): a fork instead, as POSIX lets vfork be. */
+		r = vmap_os_syscall6(SYS_clone, SIGCHLD, 0, 0, 0, 0, 0);
 	} else {
 		r = vmap_os_syscall6(nr, a, b, c, d, e, f);
 	}

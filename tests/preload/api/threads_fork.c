@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -494,6 +495,32 @@ static void test_spawn(void)
     bg_stop_all();
 }
 
+/* syscall(SYS_vfork) and a fork-like syscall(SYS_clone) while threads
+ * allocate: libvmapalloc exports syscall() (for mseal), and a vfork child
+ * returning through its C frames on the parent's stack would wreck the parent
+ * (glibc's leaf assembly happens to survive it): it makes vfork a fork.
+ * Without vmapalloc this is undefined, so it runs under the preload only. */
+static void test_raw_fork_syscalls(void)
+{
+    if (!vmt_vm)
+        return;
+    bg_start();
+    for (int i = 0; i < 40; i++) {
+        long pid = syscall(i % 2 ? SYS_vfork : SYS_clone, SIGCHLD, 0, 0, 0, 0);
+        if (pid == 0) {
+            void *p = malloc(100 + (size_t)i);
+            _exit(p ? 9 : 1);
+        }
+        CHECK(pid > 0, "syscall(%s) failed: %s", i % 2 ? "vfork" : "clone", strerror(errno));
+        int st = wait_timeout((pid_t)pid, 30);
+        char d[96];
+        describe(d, sizeof d, st);
+        CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 9, "raw %s child #%d: %s",
+              i % 2 ? "vfork" : "clone", i, d);
+    }
+    bg_stop_all();
+}
+
 #define RUN(fn) vmt_run("threads_fork", fn, #fn)
 
 int main(void)
@@ -511,6 +538,7 @@ int main(void)
     RUN(test_cross_thread);
     RUN(test_fork);
     RUN(test_spawn);
+    RUN(test_raw_fork_syscalls);
 
     /* with a tiny SMALL_MAX, glibc's own long-lived allocations (thread and
      * stdio bookkeeping) are large blocks too: compare only by default-ish */
