@@ -116,10 +116,10 @@ __attribute__((noinline, cold)) static bool range_setup_slow(void)
 			vmap_cache_init(vmap_os_ncpu());
 			/* Its set-up paid for, the arena takes all it is best at. */
 			__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
-		}
-		else
+		} else {
 			vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
 				 "large allocations go to glibc", NULL);
+		}
 		__atomic_store_n(&vmap_range_ok, ok, __ATOMIC_RELEASE);
 		__atomic_store_n(&vmap_range_state, RANGE_DONE, __ATOMIC_RELEASE);
 		vmap_tls_in_range_setup = false;
