@@ -1116,8 +1116,10 @@ __attribute__((noinline, cold, noreturn)) static void invalid_pointer(const char
 	vmap_os_abort();
 }
 
-/* The one validating lookup: the pte of a live block start, or abort. */
-static struct vmap_pte *live_pte(const void *p, const char *who, uint64_t *tag)
+/* The one validating lookup: the pte of a live block start (and, when
+ * region is not NULL, its region), or abort. */
+static struct vmap_pte *live_pte(const void *p, const char *who, uint64_t *tag,
+				 struct vmap_region **region)
 {
 	uintptr_t a = (uintptr_t)p;
 	struct vmap_region *r = vmap_region_of(a);
@@ -1128,7 +1130,17 @@ static struct vmap_pte *live_pte(const void *p, const char *who, uint64_t *tag)
 	if (vmap_tag_state(t) != VMAP_ST_LIVE)
 		invalid_pointer(who, p, t);
 	*tag = t;
+	if (region)
+		*region = r;
 	return e;
+}
+
+/* The counters of a large block freed (its usable bytes: all but the guard). */
+static void count_large_free(int64_t usable)
+{
+	vmap_stat_add_local(VMAP_STAT_large_frees, 1);
+	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -usable);
 }
 
 static __thread uint32_t vmap_cached_frees;
@@ -1166,7 +1178,8 @@ static bool beside_resident_run(struct vmap_region *r, struct vmap_pte *e, uintp
 void vmap_range_free(void *p, const char *who)
 {
 	uint64_t t;
-	struct vmap_pte *e = live_pte(p, who, &t);
+	struct vmap_region *r;
+	struct vmap_pte *e = live_pte(p, who, &t, &r);
 	uint64_t pages = vmap_tag_pages(t);
 	uint64_t cached = vmap_tag_make(VMAP_ST_CACHED, vmap_tag_shard(t), pages, t & VMAP_TAG_BIG);
 	if (!__atomic_compare_exchange_n(&e->tag, &t, cached, false, __ATOMIC_ACQ_REL,
@@ -1175,16 +1188,13 @@ void vmap_range_free(void *p, const char *who)
 	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
 	bool to_runs = pages > vmap_pool_exact ||
-		       (!vmap_guard_on && beside_resident_run(vmap_region_of((uintptr_t)p), e,
-							      (uintptr_t)p, pages, t));
+		       (!vmap_guard_on && beside_resident_run(r, e, (uintptr_t)p, pages, t));
 	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && !to_runs &&
 	    vmap_cache_push(owner, (uintptr_t)p, pages)) {
 		/* In this thread's cache: outside the purge's reach and budget; no
 		 * CPU number, clock or lock needed.  The age purge is looked at on
 		 * every 64th such free (it is looked at on every other free). */
-		vmap_stat_add_local(VMAP_STAT_large_frees, 1);
-		vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
-		vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
+		count_large_free(bytes - (int64_t)VMAP_PAGE);
 		vmap_stat_add_local(VMAP_STAT_thread_cached_bytes, bytes);
 		if (!(++vmap_cached_frees & 63))
 			vmap_purge_maybe(vmap_os_now_ns());
@@ -1203,9 +1213,7 @@ void vmap_range_free(void *p, const char *who)
 				owner, vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
 							       t & VMAP_TAG_BIG, now));
 			vmap_shard_unlock(owner);
-			vmap_stat_add_local(VMAP_STAT_large_frees, 1);
-			vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
-			vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
+			count_large_free(bytes - (int64_t)VMAP_PAGE);
 			return;
 		}
 		/* Could not reset it: keep it out of circulation rather than hand
@@ -1228,9 +1236,7 @@ void vmap_range_free(void *p, const char *who)
 		vmap_area_park_locked(owner, e, (uintptr_t)p, now);
 		vmap_shard_unlock(owner);
 	}
-	vmap_stat_add_local(VMAP_STAT_large_frees, 1);
-	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
-	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(bytes - (int64_t)VMAP_PAGE));
+	count_large_free(bytes - (int64_t)VMAP_PAGE);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, bytes);
 #ifdef VMAP_DEBUG
 	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
@@ -1242,7 +1248,7 @@ void vmap_range_free(void *p, const char *who)
 size_t vmap_range_usable(const void *p, const char *who)
 {
 	uint64_t t;
-	live_pte(p, who, &t);
+	live_pte(p, who, &t, NULL);
 	return (size_t)((vmap_tag_pages(t) - 1) << VMAP_PAGE_SHIFT);
 }
 
@@ -1254,7 +1260,7 @@ bool vmap_range_owns(const void *p)
 bool vmap_range_resize(void *p, size_t size)
 {
 	uint64_t t;
-	struct vmap_pte *e = live_pte(p, "realloc", &t);
+	struct vmap_pte *e = live_pte(p, "realloc", &t, NULL);
 	uint64_t pages = vmap_tag_pages(t);
 	if (size > ((size_t)1 << 46))
 		return false;
@@ -1407,7 +1413,7 @@ static void retire_destination(void *q)
 void *vmap_range_move(void *p, size_t size, bool *moved)
 {
 	uint64_t t;
-	struct vmap_pte *e = live_pte(p, "realloc", &t);
+	struct vmap_pte *e = live_pte(p, "realloc", &t, NULL);
 	uint64_t pages = vmap_tag_pages(t);
 	size_t old_usable = (size_t)((pages - 1) << VMAP_PAGE_SHIFT);
 	bool zero;
@@ -1465,9 +1471,7 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	vmap_chunks_give_back_locked(s, vmap_free_insert_locked(s, (uintptr_t)p, pages, VMAP_RUN_ZERO,
 								big, 0));
 	vmap_shard_unlock(s);
-	vmap_stat_add_local(VMAP_STAT_large_frees, 1);
-	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
-	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(int64_t)old_usable);
+	count_large_free((int64_t)old_usable);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_realloc_moved_pages, 1);
 	*moved = true;
 	return q;
