@@ -451,9 +451,8 @@ static int make_unmapped(uintptr_t a, uintptr_t e, bool attr)
 	return vmap_os_mprotect((void *)a, len, PROT_NONE);
 }
 
-/* At most this many lazily unmapped runs: each may cost the arena VMA two
- * splits, so 512 keep it far below vm.max_map_count (65530). */
-#define PROTECTED_RUNS_MAX 512
+/* At most vmap_vma_budget() / 32 lazily unmapped runs (511 of the default
+ * 65530): each may cost the arena VMA two splits. */
 
 /* Cuts [a, e) out of the served mapping p (shard lock not held).  Lazily
  * when it can: PROT_NONE keeps the pages resident for the next mmap (one
@@ -465,7 +464,7 @@ static int cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintp
 	unsigned state = VMAP_RUN_GUARDED;
 	int rc = -1;
 	if (!(t & VMAP_TAG_ATTR) && e - a <= vmap_lazy_max / 4 &&
-	    __atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED) <= PROTECTED_RUNS_MAX) {
+	    __atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED) <= (int)(vmap_vma_budget() / 32)) {
 		rc = vmap_os_mprotect((void *)a, e - a, PROT_NONE);
 		if (rc == 0)
 			state = VMAP_RUN_PROTECTED;

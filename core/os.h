@@ -53,8 +53,12 @@ int vmap_os_map_fresh(void *addr, size_t len);
  * take it as a hint): 0 or -errno (-EEXIST when something is there). */
 int vmap_os_map_hole(void *addr, size_t len);
 
-/* Reserve len bytes of address space, RW + NORESERVE (untouched pages are free). */
-void *vmap_os_reserve(size_t len, size_t align);
+/* Reserve len bytes of address space aligned to align, with protection prot
+ * and MAP_NORESERVE.  Under strict overcommit (vm.overcommit_memory=2) the
+ * kernel ignores MAP_NORESERVE and charges a writable reservation in full:
+ * reserve PROT_NONE or PROT_READ (never charged) and make the parts in use
+ * writable with mprotect (charged then; F17). */
+void *vmap_os_reserve(size_t len, size_t align, int prot);
 
 /* Files, for /proc reads and the report. */
 int vmap_os_open(const char *path, int flags, int mode);

@@ -130,12 +130,12 @@ int vmap_os_map_hole(void *addr, size_t len)
 	return 0;
 }
 
-void *vmap_os_reserve(size_t len, size_t align)
+void *vmap_os_reserve(size_t len, size_t align, int prot)
 {
 	size_t over = len + align;
 	if (over < len)
 		return (void *)(intptr_t)-12;
-	char *p = vmap_os_mmap(NULL, over, PROT_READ | PROT_WRITE,
+	char *p = vmap_os_mmap(NULL, over, prot,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (vmap_os_is_err(p))
 		return p;

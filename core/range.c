@@ -77,9 +77,8 @@ uintptr_t vmap_span_lo VMAP_HOT, vmap_span_hi VMAP_HOT; /* read by every free */
 static int vmap_guard_markers_state; /* 0 not probed yet, 1 MADV_GUARD_INSTALL works, -1 not */
 int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
 bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c) */
-static unsigned vmap_moves;
+static uint64_t vmap_moves; /* realloc moves made: at most vmap_vma_budget() / 4 */
 static bool vmap_moves_refused; /* the kernel refused MREMAP_DONTUNMAP */
-#define VMAP_MAX_MOVES 4096 /* <= 8192 extra VMAs of the process's 65530 */
 struct vmap_shard *vmap_shards;
 unsigned vmap_nshards; /* 0 until the shards are mapped */
 uint64_t vmap_lazy_max;
@@ -113,7 +112,7 @@ static int region_add(size_t want, size_t at_least)
 	size_t size = want;
 	void *base;
 	for (;;) {
-		base = vmap_os_reserve(size, VMAP_CHUNK);
+		base = vmap_os_reserve(size, VMAP_CHUNK, PROT_NONE);
 		if (!vmap_os_is_err(base))
 			break;
 		/* Refused (strict overcommit, RLIMIT_AS, valgrind's 64 GiB limit):
@@ -126,11 +125,18 @@ static int region_add(size_t want, size_t at_least)
 	size_t pt_bytes = (pages * sizeof(struct vmap_pte) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	size_t nchunks = size >> VMAP_CHUNK_SHIFT;
 	size_t owner_bytes = (nchunks * sizeof(uint16_t) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
-	void *pt = vmap_os_mmap(NULL, pt_bytes + owner_bytes, PROT_READ | PROT_WRITE,
+	/* Page table read-only but for the chunk owners: a claimed chunk's
+	 * slice is made writable at the claim (commit_chunks). */
+	void *pt = vmap_os_mmap(NULL, pt_bytes + owner_bytes, PROT_READ,
 				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (vmap_os_is_err(pt)) {
+	int err = vmap_os_is_err(pt) ? vmap_os_err(pt)
+				     : -vmap_os_mprotect((char *)pt + pt_bytes, owner_bytes,
+							 PROT_READ | PROT_WRITE);
+	if (err) {
+		if (!vmap_os_is_err(pt))
+			vmap_os_munmap(pt, pt_bytes + owner_bytes);
 		vmap_os_munmap(base, size);
-		return vmap_os_err(pt);
+		return err;
 	}
 	struct vmap_region *r = &vmap_regions[vmap_nregions];
 	r->base = (uintptr_t)base;
@@ -156,20 +162,49 @@ static int region_add(size_t want, size_t at_least)
 	return 0;
 }
 
-/* VmSize from /proc/self/statm (its first field, in pages), raw system
- * calls; 0 if it cannot be read. */
-static uint64_t proc_vsize(void)
+/* The number a /proc file starts with, raw system calls; 0 if it cannot be
+ * read. */
+static uint64_t proc_number(const char *path)
 {
 	char buf[64];
-	uint64_t pages = 0;
-	int fd = vmap_os_open("/proc/self/statm", 0, 0);
+	uint64_t v = 0;
+	int fd = vmap_os_open(path, 0, 0);
 	if (fd < 0)
 		return 0;
 	long n = vmap_os_read(fd, buf, sizeof buf - 1);
 	vmap_os_close(fd);
 	for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
-		pages = pages * 10 + (uint64_t)(buf[i] - '0');
-	return pages << VMAP_PAGE_SHIFT;
+		v = v * 10 + (uint64_t)(buf[i] - '0');
+	return v;
+}
+
+/* VmSize from /proc/self/statm (its first field, in pages). */
+static uint64_t proc_vsize(void)
+{
+	return proc_number("/proc/self/statm") << VMAP_PAGE_SHIFT;
+}
+
+/*
+ * The VMAs vmapalloc may add of its own (reliability.md #28: far below half
+ * of vm.max_map_count, whatever the administrator set it to): a quarter of
+ * the limit, read once at the first use (three system calls); the kernel's
+ * default, 65530, if it cannot be read.  Moves of realloc'd pages take up to
+ * two VMAs each: a quarter of the budget in moves (65530: 4095) is half of it
+ * in VMAs; the pieces of served mappings the program unmapped and vmapalloc
+ * keeps PROT_NONE for reuse (mmap.c), two VMAs each at most, a thirty-second
+ * in pieces (511).
+ */
+uint64_t vmap_vma_budget(void)
+{
+	static uint64_t budget;
+	uint64_t b = __atomic_load_n(&budget, __ATOMIC_RELAXED);
+	if (!b) {
+		uint64_t max = proc_number("/proc/sys/vm/max_map_count");
+		b = (max ? max : 65530) / 4;
+		b = b ? b : 1;
+		__atomic_store_n(&budget, b, __ATOMIC_RELAXED);
+	}
+	return b;
 }
 
 /*
@@ -224,6 +259,55 @@ static struct as_room as_room_locked(void)
 	return room;
 }
 
+/*
+ * Strict overcommit (vm.overcommit_memory=2, F17) ignores MAP_NORESERVE: a
+ * writable reservation is charged in full against CommitLimit (an 8 GiB
+ * arena took 8.4 GiB of a 12 GiB limit, and a second process could not have
+ * one).  So the arena is reserved PROT_NONE and its tables PROT_READ, which
+ * no overcommit mode charges, and a chunk with its slices of the tables
+ * becomes writable when a shard claims it: charged then, and kept writable
+ * when it goes back (the kernel would keep the charge anyway).  Three
+ * mprotect calls per 64 MiB claimed; -errno if one fails (ENOMEM: the commit
+ * limit or RLIMIT_DATA).  Global lock held.
+ */
+static int commit_chunks(struct vmap_region *r, size_t first, size_t n)
+{
+	const int rw = PROT_READ | PROT_WRITE;
+	size_t each = VMAP_CHUNK_PAGES * sizeof(struct vmap_pte);
+	int rc = vmap_os_mprotect((char *)r->pt + first * each, n * each, rw);
+	if (!rc && r->slabs)
+		rc = vmap_os_mprotect((char *)r->slabs + first * r->slabs_each, n * r->slabs_each, rw);
+	if (!rc)
+		rc = vmap_os_mprotect((void *)(r->base + (first << VMAP_CHUNK_SHIFT)),
+				      n << VMAP_CHUNK_SHIFT, rw);
+	return rc;
+}
+
+struct vmap_slab *vmap_region_slabs_publish(struct vmap_region *r, struct vmap_slab *t, size_t each)
+{
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	struct vmap_slab *in = r->slabs;
+	if (!in) {
+		bool ok = true;
+		for (size_t c = 0, run = 0; c <= r->nchunks && ok; c++) {
+			if (c < r->nchunks && !vmap_chunk_is_free(r->chunk_owner[c])) {
+				run++;
+				continue;
+			}
+			ok = !run || !vmap_os_mprotect((char *)t + (c - run) * each, run * each,
+						       PROT_READ | PROT_WRITE);
+			run = 0;
+		}
+		if (ok) {
+			r->slabs_each = each;
+			__atomic_store_n(&r->slabs, t, __ATOMIC_RELEASE);
+			in = t;
+		}
+	}
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	return in;
+}
+
 /* Finds n free chunks in a row, marks them owned; global lock held.  Free
  * chunks of the request's kind first (a chunk given back after big use keeps
  * its MADV_HUGEPAGE: only a small claim that finds nothing else takes one;
@@ -242,6 +326,8 @@ static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *u
 				run = vmap_chunk_is_free(o) && (any || o == kind) ? run + 1 : 0;
 				if (run == n) {
 					size_t first = c + 1 - n;
+					if (commit_chunks(r, first, n))
+						return 0;
 					for (size_t k = first; k <= c; k++) {
 						*unadvise |= !big && r->chunk_owner[k] == VMAP_CHUNK_WAS_BIG;
 						__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
@@ -307,6 +393,10 @@ bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s)
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
 	if (vmap_chunk_is_free(r->chunk_owner[c])) {
+		if (commit_chunks(r, c, 1)) {
+			vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+			return false;
+		}
 		unadvise = r->chunk_owner[c] == VMAP_CHUNK_WAS_BIG;
 		__atomic_store_n(&r->chunk_owner[c], (uint16_t)(s->id + 1), __ATOMIC_RELEASE);
 		unclaimed_add(s->id, -(int64_t)VMAP_CHUNK);
@@ -1424,8 +1514,10 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	/* Each move leaves the moved pages in a VMA of their own (the kernel
 	 * keeps their old page offset, so it cannot merge them back): bound
 	 * the moves so that a realloc-heavy program stays far from
-	 * vm.max_map_count (65530 by default); past the budget, copy. */
-	if (__atomic_add_fetch(&vmap_moves, 1, __ATOMIC_RELAXED) > VMAP_MAX_MOVES)
+	 * vm.max_map_count: a sixteenth of it in moves, an eighth in VMAs
+	 * (vmap_vma_budget); past the budget, copy. */
+	if (__atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) >= vmap_vma_budget() / 4 ||
+	    __atomic_add_fetch(&vmap_moves, 1, __ATOMIC_RELAXED) > vmap_vma_budget() / 4)
 		return q;
 	/* Move the page tables, not the bytes; the old range stays mapped (and
 	 * empty, hence zero) thanks to MREMAP_DONTUNMAP, so the arena keeps no

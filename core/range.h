@@ -153,6 +153,7 @@ struct vmap_region {
 	size_t nchunks;
 	size_t pt_bytes, owner_bytes;
 	struct vmap_slab *slabs; /* slab descriptors, one per 64 KiB (slab.c); NULL until the first slab */
+	size_t slabs_each;       /* bytes of slabs per chunk (global lock) */
 };
 
 /* A chunk whose owner has no shard bits is free for any shard to claim.
@@ -287,8 +288,15 @@ void vmap_range_flush_cached(void);
  * to the arena, for any shard to claim (F9).  Shard lock held; takes the
  * global lock (a higher rank) only when there is a whole chunk to give. */
 void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
+/* How many VMAs vmapalloc may add of its own: a quarter of vm.max_map_count. */
+uint64_t vmap_vma_budget(void);
 /* Claims the unclaimed chunk holding a for shard s, as zero free space. */
 bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s);
+/* Publishes t, a table of each bytes per chunk mapped PROT_READ, as r's slab
+ * descriptors: the slices of claimed chunks are made writable now, those of
+ * chunks claimed later at their claim.  Returns the table in use (an earlier
+ * one if another thread won), or NULL if a slice cannot be made writable. */
+struct vmap_slab *vmap_region_slabs_publish(struct vmap_region *r, struct vmap_slab *t, size_t each);
 void vmap_purge_fork_prepare(void);
 void vmap_purge_fork_parent(void);
 void vmap_purge_fork_child(void);

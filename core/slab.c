@@ -153,14 +153,15 @@ static struct vmap_slab *region_slabs(struct vmap_region *r)
 		return t;
 	size_t len = (r->size >> VMAP_SLAB_UNIT_SHIFT) * sizeof(struct vmap_slab);
 	len = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
-	void *m = vmap_os_reserve(len, VMAP_PAGE);
+	/* Read-only but for the slices of claimed chunks (F17, range.c). */
+	void *m = vmap_os_reserve(len, VMAP_PAGE, PROT_READ);
 	if (vmap_os_is_err(m))
 		return NULL;
-	struct vmap_slab *z = NULL;
-	if (!__atomic_compare_exchange_n(&r->slabs, &z, (struct vmap_slab *)m, false,
-					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+	size_t each = (VMAP_CHUNK >> VMAP_SLAB_UNIT_SHIFT) * sizeof(struct vmap_slab);
+	struct vmap_slab *in = vmap_region_slabs_publish(r, m, each);
+	if (in != m) {
 		vmap_os_munmap(m, len);
-		return z;
+		return in;
 	}
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)len);
 	return m;

@@ -23,7 +23,7 @@ int __real_vmap_os_munmap(void *addr, size_t len);
 int __real_vmap_os_madvise(void *addr, size_t len, int advice);
 long __real_vmap_os_madvise_batch(const void *iov, size_t n, int advice);
 void *__real_vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
-void *__real_vmap_os_reserve(size_t len, size_t align);
+void *__real_vmap_os_reserve(size_t len, size_t align, int prot);
 int __real_vmap_os_map_fresh(void *addr, size_t len);
 int __real_vmap_os_map_hole(void *addr, size_t len);
 
@@ -32,7 +32,7 @@ int __wrap_vmap_os_munmap(void *addr, size_t len);
 int __wrap_vmap_os_madvise(void *addr, size_t len, int advice);
 long __wrap_vmap_os_madvise_batch(const void *iov, size_t n, int advice);
 void *__wrap_vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
-void *__wrap_vmap_os_reserve(size_t len, size_t align);
+void *__wrap_vmap_os_reserve(size_t len, size_t align, int prot);
 int __wrap_vmap_os_map_fresh(void *addr, size_t len);
 int __wrap_vmap_os_map_hole(void *addr, size_t len);
 
@@ -276,7 +276,7 @@ void *__wrap_vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags
 	return __real_vmap_os_mremap(old, old_len, new_len, flags, new_addr);
 }
 
-void *__wrap_vmap_os_reserve(size_t len, size_t align)
+void *__wrap_vmap_os_reserve(size_t len, size_t align, int prot)
 {
 	int err = enter(FAKE_RESERVE);
 	lock();
@@ -286,7 +286,7 @@ void *__wrap_vmap_os_reserve(size_t len, size_t align)
 	unlock();
 	if (err)
 		return (void *)(intptr_t)-err;
-	return __real_vmap_os_reserve(len, align);
+	return __real_vmap_os_reserve(len, align, prot);
 }
 
 int __wrap_vmap_os_map_fresh(void *addr, size_t len)
