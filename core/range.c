@@ -7,7 +7,8 @@
  * to its owner shard's pool for its size and is reused while still resident;
  * purge.c hands cold areas back to the system in batches.
  *
- *   arena region (64 GiB, RW + NORESERVE, 64 MiB aligned)
+ *   arena region (64 GiB, PROT_NONE + NORESERVE, 64 MiB aligned; a chunk is
+ *   made RW when a shard claims it: commit_chunks)
  *   +----------+----------+----------+----------+---- ... ----+
  *   | chunk    | chunk    | chunk    | free     |             |
  *   | shard 0  | shard 1  | shard 0  | (global) |             |
@@ -311,8 +312,11 @@ struct vmap_slab *vmap_region_slabs_publish(struct vmap_region *r, struct vmap_s
 /* Finds n free chunks in a row, marks them owned; global lock held.  Free
  * chunks of the request's kind first (a chunk given back after big use keeps
  * its MADV_HUGEPAGE: only a small claim that finds nothing else takes one;
- * *unadvise tells the caller to advise it back). */
-static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *unadvise)
+ * *unadvise tells the caller to advise it back).  0 with *refused set: the
+ * chunks were there but the system would not commit them (commit_chunks),
+ * and a new region would not help. */
+static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *unadvise,
+				     bool *refused)
 {
 	uint16_t owner = (uint16_t)((shard + 1) | (big ? 0x8000u : 0));
 	uint16_t kind = big ? VMAP_CHUNK_WAS_BIG : 0;
@@ -326,8 +330,10 @@ static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *u
 				run = vmap_chunk_is_free(o) && (any || o == kind) ? run + 1 : 0;
 				if (run == n) {
 					size_t first = c + 1 - n;
-					if (commit_chunks(r, first, n))
+					if (commit_chunks(r, first, n)) {
+						*refused = true;
 						return 0;
+					}
 					for (size_t k = first; k <= c; k++) {
 						*unadvise |= !big && r->chunk_owner[k] == VMAP_CHUNK_WAS_BIG;
 						__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
@@ -418,18 +424,18 @@ static uintptr_t chunks_acquire(struct vmap_shard *s, bool big, size_t n)
 {
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
-	bool unadvise = false;
+	bool unadvise = false, refused = false;
 	uintptr_t a = 0;
 	size_t need = n << VMAP_CHUNK_SHIFT;
 	struct as_room room = as_room_locked();
 	if (need <= room.claim)
-		a = chunks_claim_locked(s->id, big, n, &unadvise);
-	if (!a && need <= room.claim && need <= room.reserve) {
+		a = chunks_claim_locked(s->id, big, n, &unadvise, &refused);
+	if (!a && !refused && need <= room.claim && need <= room.reserve) {
 		size_t want = vmap_reserve_size > need ? vmap_reserve_size : need;
 		if (want > room.reserve)
 			want = (size_t)room.reserve;
 		if (region_add(want, need) == 0)
-			a = chunks_claim_locked(s->id, big, n, &unadvise);
+			a = chunks_claim_locked(s->id, big, n, &unadvise, &refused);
 	}
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	if (!a)
