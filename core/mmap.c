@@ -271,8 +271,28 @@ enum {
 	VA_ONFAULT = 1 << 12,
 	VA_SEALED = 1 << 14, /* mseal: bit 44 of the head tag (VMAP_TAG_VMA) */
 	VA_BITS = 0x1fff | VA_SEALED,
+	VA_APART = 1 << 13, /* a label, in a page's stamp only: see below */
 };
+/*
+ * VA_APART: the kernel can keep two neighbouring VMAs apart although their
+ * attributes are equal.  MREMAP_DONTUNMAP clears VM_LOCKED of the whole VMA
+ * the pages leave without merging it with its neighbours (mm/mremap.c,
+ * dontunmap_complete: vm_flags_clear(vrm->vma, VM_LOCKED_MASK), no
+ * vma_merge), so that VMA stays one of its own: mremap across it fails with
+ * EFAULT.  Such boundaries are kept by labels: two neighbouring pages of
+ * equal attributes are in different VMAs where VA_APART differs.  The first
+ * page's label is 0 (its head tag has no room); the others' is in their
+ * stamps.  A label is never applied to the kernel (realize_attrs), never
+ * written to a head tag (attrs_bits), and dropped where pages move
+ * (inherit_attrs).  It follows the kernel's merges (relabel): a VMA whose
+ * flags change by mprotect/madvise/mlock/munlock/mseal merges with the
+ * neighbours whose flags are then equal (mm/vma.c, vma_modify_flags ->
+ * vma_merge_existing_range); VMAs whose flags do not change are left alone
+ * (mprotect_fixup, madvise_update_vma, mlock_fixup return early), and so are
+ * the boundaries between them.
+ */
 #define VA_FRESH ((unsigned)(PROT_READ | PROT_WRITE)) /* what a served mmap() has */
+#define VA_PUB(v) ((v) & (unsigned)VA_BITS) /* the attributes without the label */
 #define SEG_MARK (1ull << 62) /* in a page's stamp: its attributes follow (for a reader's eye) */
 
 static inline unsigned head_attrs(uint64_t t)
@@ -282,7 +302,7 @@ static inline unsigned head_attrs(uint64_t t)
 
 static inline uint64_t attrs_bits(unsigned v)
 {
-	return (uint64_t)(v ^ VA_FRESH) << VMAP_TAG_VMA_SHIFT;
+	return (uint64_t)(VA_PUB(v) ^ VA_FRESH) << VMAP_TAG_VMA_SHIFT;
 }
 
 /* The attributes of page x of the served mapping at head (tag t). */
@@ -290,7 +310,7 @@ static unsigned attrs_at(struct vmap_region *r, uintptr_t head, uint64_t t, uint
 {
 	if (x == head || !(t & VMAP_TAG_SEGS))
 		return head_attrs(t);
-	return ((unsigned)vmap_pte_of(r, x)->stamp & VA_BITS) ^ VA_FRESH;
+	return ((unsigned)vmap_pte_of(r, x)->stamp & (VA_BITS | VA_APART)) ^ VA_FRESH;
 }
 
 static void set_attrs(struct vmap_region *r, uintptr_t x, uintptr_t e, unsigned v)
@@ -354,6 +374,7 @@ static void realize_attrs(uintptr_t x, size_t len, unsigned v)
 {
 	static const int ra[4] = {0, MADV_RANDOM, MADV_SEQUENTIAL, 0};
 	static const int thp[4] = {0, MADV_HUGEPAGE, MADV_NOHUGEPAGE, 0};
+	v = VA_PUB(v); /* the label is vmapalloc's alone */
 	if (v == VA_FRESH || !len)
 		return;
 	void *p = (void *)x;
@@ -407,14 +428,35 @@ static void inherit_attrs(struct vmap_region *r, uint64_t st, uintptr_t head, ui
 		return;
 	uint64_t set = VMAP_TAG_ATTR | attrs_bits(attrs_at(r, head, st, x));
 	if (spans_vmas(r, head, st, x, len)) {
+		/* (Without labels: VMAs that were apart only by them merge where
+		 * they land, vma_merge_new_range in copy_vma.) */
 		for (size_t o = VMAP_PAGE; o < len; o += VMAP_PAGE)
-			set_attrs(rq, q + o, q + o + VMAP_PAGE, attrs_at(r, head, st, x + o));
-		set_attrs(rq, q + len, q + qlen, attrs_at(r, head, st, x + len - VMAP_PAGE));
+			set_attrs(rq, q + o, q + o + VMAP_PAGE, VA_PUB(attrs_at(r, head, st, x + o)));
+		set_attrs(rq, q + len, q + qlen, VA_PUB(attrs_at(r, head, st, x + len - VMAP_PAGE)));
 		set |= VMAP_TAG_SEGS;
 	}
 	struct vmap_pte *h = vmap_pte_of(rq, q);
 	tag_attrs(h, VMAP_TAG_VMA | VMAP_TAG_SEGS, set);
 	realize_range(rq, q, __atomic_load_n(&h->tag, __ATOMIC_ACQUIRE), q + from, q + qlen);
+}
+
+/* Page x of the served mapping at head (tag t) is to be the first page of a
+ * mapping, whose label is 0: if x's is not, the labels of the pages after it
+ * with attributes equal to its are flipped, which keeps every boundary. */
+static void rebase_labels(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x,
+			  uintptr_t end)
+{
+	if (!(t & VMAP_TAG_SEGS) || x == head)
+		return;
+	unsigned v = attrs_at(r, head, t, x);
+	if (!(v & VA_APART))
+		return;
+	for (x += VMAP_PAGE; x < end; x += VMAP_PAGE) {
+		struct vmap_pte *q = vmap_pte_of(r, x);
+		if (VA_PUB(((unsigned)q->stamp) ^ VA_FRESH) != VA_PUB(v))
+			break;
+		q->stamp ^= VA_APART;
+	}
 }
 
 /* ---- unmapping part of a served mapping ----------------------------------- */
@@ -491,8 +533,10 @@ static int cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintp
 		cur = t;
 	uint64_t lkeep = keep | (cur & (VMAP_TAG_VMA | VMAP_TAG_SEGS));
 	uint64_t rkeep = keep | (cur & VMAP_TAG_SEGS);
-	if (right && (cur & VMAP_TAG_ATTR))
+	if (right && (cur & VMAP_TAG_ATTR)) {
 		rkeep |= attrs_bits(attrs_at(r, p->head, cur, e));
+		rebase_labels(r, p->head, cur, e, p->end);
+	}
 	if (__builtin_expect(vmap_profile_on, 0)) /* its record follows the pieces left */
 		vmap_profile_mmap_cut(p->head, p->end, a, e);
 	__atomic_store_n(&h->tag,
@@ -831,6 +875,49 @@ static unsigned attrs_after(unsigned v, int op, long arg)
 	}
 }
 
+/*
+ * Pages [a, e) of the served mapping at head (tag t, split: VMAP_TAG_SEGS)
+ * take the attributes `op` gives them, and the labels after a - 1 are set so
+ * that the boundaries are the kernel's: where a page changed on either side,
+ * there is one if the attributes differ (the changed VMAs merge with equal
+ * neighbours); elsewhere, and everywhere when `keep` (flags changed without a
+ * merge), the boundaries are as they were.  Labels right of e are flipped as
+ * far as that keeps the boundaries there.
+ */
+static void relabel(struct vmap_region *r, uintptr_t head, uintptr_t end, uint64_t t, uintptr_t a,
+		    uintptr_t e, int op, long arg, bool keep)
+{
+	uintptr_t x = a;
+	unsigned oprev, nprev; /* page x - 1 before and after */
+	bool cprev = false;    /* did its attributes change? */
+	if (x == head) {
+		oprev = head_attrs(t);
+		nprev = attrs_after(oprev, op, arg);
+		cprev = nprev != oprev;
+		if (cprev)
+			tag_attrs(vmap_pte_of(r, head), VMAP_TAG_VMA, attrs_bits(nprev));
+		x += VMAP_PAGE;
+	} else {
+		oprev = nprev = attrs_at(r, head, t, x - VMAP_PAGE);
+	}
+	for (struct vmap_pte *q = vmap_pte_of(r, x); x < end; x += VMAP_PAGE, q++) {
+		unsigned o = ((unsigned)q->stamp & (VA_BITS | VA_APART)) ^ VA_FRESH;
+		unsigned pub = x < e ? VA_PUB(attrs_after(o, op, arg)) : VA_PUB(o);
+		bool c = pub != VA_PUB(o);
+		bool bound = !keep && (c || cprev) ? pub != VA_PUB(nprev) : o != oprev;
+		unsigned label = pub != VA_PUB(nprev) ? o & VA_APART /* (free) */
+				 : bound	       ? (nprev & VA_APART) ^ VA_APART
+						       : nprev & VA_APART;
+		unsigned n = pub | label;
+		if (x >= e && n == o)
+			break; /* the rest is as it was */
+		q->stamp = SEG_MARK | (n ^ VA_FRESH);
+		oprev = o;
+		nprev = n;
+		cprev = c;
+	}
+}
+
 /* The kernel changed the attributes of [a, e) of the served mapping p as the
  * program asked: mirror it (see "the program's VMAs" above). */
 static void record_attrs(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e,
@@ -854,18 +941,13 @@ static void record_attrs(struct vmap_region *r, struct piece *p, uintptr_t a, ui
 		tag_attrs(h, 0, VMAP_TAG_SEGS);
 		t |= VMAP_TAG_SEGS;
 	}
-	uintptr_t x = a;
-	if (x == p->head) {
-		tag_attrs(h, VMAP_TAG_VMA, attrs_bits(attrs_after(head_attrs(t), ap->op, ap->arg)));
-		x += VMAP_PAGE;
-	}
-	for (struct vmap_pte *q = vmap_pte_of(r, x); x < e; x += VMAP_PAGE, q++)
-		q->stamp = SEG_MARK | (attrs_after((q->stamp & VA_BITS) ^ VA_FRESH, ap->op, ap->arg) ^
-				       VA_FRESH);
+	relabel(r, p->head, p->end, t, a, e, ap->op, ap->arg, false);
 }
 
-/* The program moved locked pages [x, e) of the served mapping at head out
- * with MREMAP_DONTUNMAP: the kernel unlocks the whole VMAs they were in. */
+/* The program moved pages [x, e) of the served mapping at head out with
+ * MREMAP_DONTUNMAP, which clears VM_LOCKED of the whole VMA they were in
+ * (dontunmap_complete), pages not moved included, and merges it with
+ * nothing: the VMA stays one of its own (its labels say so). */
 static void unlock_vmas(struct vmap_region *r, uintptr_t head, uintptr_t x, uintptr_t e)
 {
 	struct piece p = piece_at(r, head);
@@ -876,8 +958,17 @@ static void unlock_vmas(struct vmap_region *r, uintptr_t head, uintptr_t x, uint
 	while (e < p.end && attrs_at(r, head, t, e) == ve)
 		e += VMAP_PAGE;
 	struct apply ap = {OP_MUNLOCK, 0, NULL, x, false, false, 0};
-	if (kernel_op(&ap, x, e - x) == 0)
+	if (kernel_op(&ap, x, e - x) != 0)
+		return;
+	struct vmap_pte *h = vmap_pte_of(r, head);
+	if (!(t & VMAP_TAG_SEGS)) {
+		/* One VMA, the whole mapping: nothing to keep apart. */
 		record_attrs(r, &p, x, e, &ap);
+		return;
+	}
+	if ((__atomic_load_n(&h->tag, __ATOMIC_ACQUIRE) ^ t) & ~(VMAP_TAG_VMA | VMAP_TAG_ATTR))
+		return; /* (a race of the program's) */
+	relabel(r, head, p.end, t, x, e, OP_MUNLOCK, 0, true);
 }
 
 static int apply_piece(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)

@@ -2035,8 +2035,8 @@ static void c_mremap_dontunmap_locked(void)
 }
 
 /* MREMAP_DONTUNMAP of locked pages unlocks their VMA, which stays a VMA of
- * its own although nothing tells it from its neighbour any more (a known
- * difference: vmapalloc mirrors only splits by differing attributes). */
+ * its own although nothing tells it from its neighbour any more (the kernel
+ * clears VM_LOCKED without a merge): growing across fails with EFAULT. */
 static void c_mremap_dontunmap_split(void)
 {
     char *a = mapfilled("map 6 pages", 6, 213);
@@ -2054,6 +2054,141 @@ static void c_mremap_dontunmap_split(void)
     content("pages 0-1 kept", a, 0, 2, 213);
     zero("pages 2-5 read zero", a, 2, 4);
     un("unmap", a, 6 * PG);
+}
+
+/* Grows all of the mapping at a (n pages) to n + 2 with MAYMOVE; on success
+ * the pages are checked and unmapped where they went, else the same-size
+ * call and the contents of [0, keep) are, and a is unmapped. */
+static void grow_across(const char *tag, char *a, size_t n, size_t keep, uint64_t seed)
+{
+    char *r = mr_free(tag, a, n * PG, (n + 2) * PG, MREMAP_MAYMOVE, NULL);
+    if (r != MAP_FAILED) {
+        content("grown: kept pages", r, 0, keep, seed);
+        zero("grown: new pages", r, n, 2);
+        un("unmap where it went", r, (n + 2) * PG);
+        return;
+    }
+    mr("same size", a, n * PG, n * PG, 0, NULL);
+    content("kept pages", a, 0, keep, seed);
+    un("unmap", a, n * PG);
+}
+
+/* MREMAP_DONTUNMAP of unlocked pages inside a VMA changes no VMA: the source
+ * stays one VMA with its neighbours, growing across works. */
+static void c_mremap_dontunmap_sub(void)
+{
+    char *a = mapfilled("map 6 pages", 6, 214);
+    NEED(a);
+    char *p = mr("DONTUNMAP pages 2-3", AT(a, 2), 2 * PG, 2 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    NEED(p);
+    content("moved", p - 2 * PG, 2, 2, 214);
+    un("unmap the moved pages", p, 2 * PG);
+    zero("pages 2-3 read zero", a, 2, 2);
+    mr("shrink across the moved pages", a, 6 * PG, 5 * PG, 0, NULL);
+    grow_across("grow all 5 pages", a, 5, 2, 214);
+}
+
+/* MREMAP_DONTUNMAP of a whole mapping, unlocked or locked: it stays one VMA
+ * (unlocked), which grows and splits as any. */
+static void c_mremap_dontunmap_whole(void)
+{
+    for (int locked = 0; locked < 2; locked++) {
+        char *a = mapfilled("map 4 pages", 4, 215);
+        NEED(a);
+        if (locked)
+            ml("mlock all", a, 4 * PG);
+        char *p = mr("DONTUNMAP all", a, 4 * PG, 4 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+        NEED(p);
+        content("moved", p, 0, 4, 215);
+        un("unmap the moved pages", p, 4 * PG);
+        zero("old pages read zero", a, 0, 4);
+        ma("DONTNEED (unlocked)", a, 4 * PG, MADV_DONTNEED);
+        mp("page 1 read-only", AT(a, 1), PG, PROT_READ);
+        mr("grow across -> EFAULT", a, 4 * PG, 6 * PG, MREMAP_MAYMOVE, NULL);
+        mp("page 1 read-write", AT(a, 1), PG, PROT_READ | PROT_WRITE);
+        grow_across("grow all", a, 4, 0, 215);
+    }
+}
+
+/* A locked VMA of its own in the middle (pages 2-3) moved out with
+ * DONTUNMAP: three VMAs of equal attributes.  Unmapping page 0 leaves the
+ * unlocked VMA first; the rest stays apart. */
+static void c_mremap_dontunmap_middle(void)
+{
+    char *a = mapfilled("map 6 pages", 6, 216);
+    NEED(a);
+    ml("mlock pages 2-3", AT(a, 2), 2 * PG);
+    char *p = mr("DONTUNMAP pages 2-3", AT(a, 2), 2 * PG, 2 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    NEED(p);
+    un("unmap the moved pages", p, 2 * PG);
+    mr("grow pages 0-3 across", a, 4 * PG, 5 * PG, MREMAP_MAYMOVE, NULL);
+    mr("shrink pages 2-5 across", AT(a, 2), 4 * PG, 3 * PG, 0, NULL);
+    mr("DONTUNMAP pages 1-2 across", AT(a, 1), 2 * PG, 2 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+    un("unmap pages 0-1", a, 2 * PG);
+    mr("grow pages 2-5 across", AT(a, 2), 4 * PG, 5 * PG, MREMAP_MAYMOVE, NULL);
+    char *q = mr_free("grow pages 2-3 alone", AT(a, 2), 2 * PG, 3 * PG, MREMAP_MAYMOVE, NULL);
+    if (q != MAP_FAILED) {
+        zero("grown", q, 0, 3);
+        un("unmap it", q, 3 * PG);
+    }
+    content("page 4 kept", a, 4, 1, 216);
+    grow_across("grow page 4", AT(a, 4), 1, 0, 216);
+}
+
+/* What ends the split of a DONTUNMAP-unlocked VMA S (pages 2-5): a change of
+ * S's or its neighbour's attributes merges them where they become equal;
+ * changes that leave S's edge alone, or change nothing, do not. */
+static void c_mremap_dontunmap_merge(void)
+{
+    static const char *const how[] = {
+        "mprotect page 3 R, RW", "mprotect pages 0-1 R, RW", "mlock all", "madvise all RANDOM",
+        "munlock all", "mprotect pages 2-5 R, RW", "mprotect all RW", "DONTUNMAP page 4",
+    };
+    for (int k = 0; k < 8; k++) {
+        T("-- %s", how[k]);
+        char *a = mapfilled("map 6 pages", 6, 217);
+        NEED(a);
+        ml("mlock pages 2-5", AT(a, 2), 4 * PG);
+        char *p = mr("DONTUNMAP pages 2-5", AT(a, 2), 4 * PG, 4 * PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+        NEED(p);
+        un("unmap the moved pages", p, 4 * PG);
+        switch (k) {
+        case 0:
+            mp("R", AT(a, 3), PG, PROT_READ);
+            mp("RW", AT(a, 3), PG, PROT_READ | PROT_WRITE);
+            break;
+        case 1:
+            mp("R", a, 2 * PG, PROT_READ);
+            mp("RW", a, 2 * PG, PROT_READ | PROT_WRITE);
+            break;
+        case 2:
+            ml("lock", a, 6 * PG);
+            mr("same size, locked", a, 6 * PG, 6 * PG, 0, NULL);
+            mul("unlock", a, 6 * PG);
+            break;
+        case 3:
+            ma("RANDOM", a, 6 * PG, MADV_RANDOM);
+            ma("NORMAL", a, 6 * PG, MADV_NORMAL);
+            break;
+        case 4:
+            mul("unlock (no change)", a, 6 * PG);
+            break;
+        case 5:
+            mp("R", AT(a, 2), 4 * PG, PROT_READ);
+            mp("RW", AT(a, 2), 4 * PG, PROT_READ | PROT_WRITE);
+            break;
+        case 6:
+            mp("RW (no change)", a, 6 * PG, PROT_READ | PROT_WRITE);
+            break;
+        default: {
+            char *q = mr("DONTUNMAP page 4", AT(a, 4), PG, PG, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+            if (q != MAP_FAILED)
+                un("unmap it", q, PG);
+            break;
+        }
+        }
+        grow_across("grow all 6 pages", a, 6, 2, 217);
+    }
 }
 
 static void c_mremap_part_of_mapping(void)
@@ -2793,7 +2928,10 @@ static void c_random_churn(void)
  * a smaller or a larger size) and munmap follow them.  Every call's result is
  * printed (no address); every 50 operations the pages of each mapping (probed
  * from a child) and a checksum of the pages a child could write.
- * MREMAP_DONTUNMAP is left out: see mremap-dontunmap-split.
+ * MREMAP_DONTUNMAP is left out: with it, randomised runs still find VMAs the
+ * kernel keeps apart where vmapalloc sees one (mremap across them EFAULT):
+ * a VMA DONTUNMAP left without an anon_vma loses VM_ACCOUNT when made
+ * read-only, and does not always merge back when made writable again.
  */
 static void c_random_vmas(void)
 {
@@ -3524,6 +3662,10 @@ static const struct tcase cases[] = {
     C("mremap-locked-part", c_mremap_locked_part, "pages 0-6 of a locked mapping moved out: page 7 and the moved pages stay locked"),
     C("mremap-dontunmap-locked", c_mremap_dontunmap_locked, "DONTUNMAP of locked pages unlocks their whole VMA, not the next one"),
     C("mremap-dontunmap-split", c_mremap_dontunmap_split, "DONTUNMAP of locked pages: their unlocked VMA stays split, growing across -> EFAULT"),
+    C("mremap-dontunmap-sub", c_mremap_dontunmap_sub, "DONTUNMAP of unlocked pages inside a VMA splits nothing: shrink and grow across"),
+    C("mremap-dontunmap-whole", c_mremap_dontunmap_whole, "DONTUNMAP of a whole mapping, unlocked and locked: one VMA, splits and grows"),
+    C("mremap-dontunmap-middle", c_mremap_dontunmap_middle, "DONTUNMAP of a locked middle VMA: three equal VMAs; unmap the first, the rest stays apart"),
+    C("mremap-dontunmap-merge", c_mremap_dontunmap_merge, "DONTUNMAP-unlocked VMA: which mprotect/mlock/madvise merge it back, then grow across"),
     C("mremap-split-move", c_mremap_split_move, "the read-only VMA of a split mapping grown with MAYMOVE: read-only all over"),
     C("mremap-part-of-mapping", c_mremap_part_of_mapping, "move pages 2-3 out of an 8-page mapping"),
     C("mremap-chain", c_mremap_chain, "grow, shrink, grow again: content follows"),
