@@ -78,7 +78,10 @@ uintptr_t vmap_span_lo VMAP_HOT, vmap_span_hi VMAP_HOT; /* read by every free */
 static int vmap_guard_markers_state; /* 0 not probed yet, 1 MADV_GUARD_INSTALL works, -1 not */
 int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
 bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c) */
-static uint64_t vmap_moves; /* realloc moves made: at most vmap_vma_budget() / 4 */
+/* VMAs realloc moves may have left: two a move (source and destination),
+ * counted per chunk too, and taken off when a chunk goes back to the arena
+ * mapped afresh (vmap_chunks_give_back_locked); at most vmap_vma_budget() / 2. */
+static uint64_t vmap_moves;
 static bool vmap_moves_refused; /* the kernel refused MREMAP_DONTUNMAP */
 struct vmap_shard *vmap_shards;
 unsigned vmap_nshards; /* 0 until the shards are mapped */
@@ -125,7 +128,9 @@ static int region_add(size_t want, size_t at_least)
 	size_t pages = size >> VMAP_PAGE_SHIFT;
 	size_t pt_bytes = (pages * sizeof(struct vmap_pte) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	size_t nchunks = size >> VMAP_CHUNK_SHIFT;
-	size_t owner_bytes = (nchunks * sizeof(uint16_t) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	/* Chunk owners, then the moves counted per chunk. */
+	size_t owner_bytes = (nchunks * (sizeof(uint16_t) + sizeof(uint32_t)) + VMAP_PAGE - 1) &
+			     ~(VMAP_PAGE - 1);
 	/* Page table read-only but for the chunk owners: a claimed chunk's
 	 * slice is made writable at the claim (commit_chunks). */
 	void *pt = vmap_os_mmap(NULL, pt_bytes + owner_bytes, PROT_READ,
@@ -143,7 +148,8 @@ static int region_add(size_t want, size_t at_least)
 	r->base = (uintptr_t)base;
 	r->size = size;
 	r->pt = pt;
-	r->chunk_owner = (uint16_t *)((char *)pt + pt_bytes);
+	r->chunk_moves = (uint32_t *)((char *)pt + pt_bytes);
+	r->chunk_owner = (uint16_t *)(r->chunk_moves + nchunks);
 	r->nchunks = nchunks;
 	r->pt_bytes = pt_bytes;
 	r->owner_bytes = owner_bytes;
@@ -189,9 +195,8 @@ static uint64_t proc_vsize(void)
  * The VMAs vmapalloc may add of its own (reliability.md #28: far below half
  * of vm.max_map_count, whatever the administrator set it to): a quarter of
  * the limit, read once at the first use (three system calls); the kernel's
- * default, 65530, if it cannot be read.  Moves of realloc'd pages take up to
- * two VMAs each: a quarter of the budget in moves (65530: 4095) is half of it
- * in VMAs; the pieces of served mappings the program unmapped and vmapalloc
+ * default, 65530, if it cannot be read.  The VMAs realloc moves leave get
+ * half of it (8191 at the default: see vmap_moves); the pieces of served mappings the program unmapped and vmapalloc
  * keeps PROT_NONE for reuse (mmap.c), two VMAs each at most, a thirty-second
  * in pieces (511).
  */
@@ -370,20 +375,38 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 		vmap_run_set_locked(s, r, run, (cs - run) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, big, stamp);
 	if (end > ce)
 		vmap_run_set_locked(s, r, ce, (end - ce) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, big, stamp);
-	/* A huge-page chunk's zero runs may still be resident: a 2 MiB page a
-	 * block faulted in reaches into them, and purging the block splits it
-	 * and frees only the block's range (F15).  Dropped before the chunk
-	 * leaves: one call per 64 MiB returned, rare, and cheap where nothing
-	 * is resident (the one system call made under a shard lock). */
-	if (big)
+	/* The chunks are mapped again, PROT_NONE as reserved (one call per
+	 * 64 MiB returned, rare; the one system call made under a shard
+	 * lock).  That takes with them
+	 *  - the VMAs realloc moves left there: the new mapping has the page
+	 *    offset the arena had, so it merges with the arena around it, and
+	 *    the moves it ends no longer count against the VMA budget;
+	 *  - pages still resident in zero runs: a 2 MiB page a block faulted
+	 *    in reaches into them, and purging the block splits it and frees
+	 *    only the block's range (F15);
+	 *  - the commit charge (F17) and MADV_HUGEPAGE: both come back at the
+	 *    next claim.
+	 * If that fails (the VMA limit), a huge-page chunk's pages are dropped
+	 * and the rest stays as it was. */
+	bool remapped = !vmap_os_is_err(vmap_os_mmap((void *)cs, ce - cs, PROT_NONE,
+						      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+							      MAP_NORESERVE,
+						      -1, 0));
+	if (!remapped && big)
 		vmap_os_madvise((void *)cs, ce - cs, MADV_DONTNEED);
 	/* Rank GLOBAL under rank SHARD: the order chunks_acquire's callers never
 	 * invert (they hold no shard lock while they take the global one). */
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
-	for (uintptr_t c = cs; c < ce; c += VMAP_CHUNK)
-		__atomic_store_n(&r->chunk_owner[(c - r->base) >> VMAP_CHUNK_SHIFT],
-				 (uint16_t)(big ? VMAP_CHUNK_WAS_BIG : 0), __ATOMIC_RELEASE);
+	for (uintptr_t c = cs; c < ce; c += VMAP_CHUNK) {
+		size_t i = (c - r->base) >> VMAP_CHUNK_SHIFT;
+		if (remapped)
+			__atomic_sub_fetch(&vmap_moves,
+					   __atomic_exchange_n(&r->chunk_moves[i], 0, __ATOMIC_RELAXED),
+					   __ATOMIC_RELAXED);
+		__atomic_store_n(&r->chunk_owner[i], (uint16_t)(big && !remapped ? VMAP_CHUNK_WAS_BIG : 0),
+				 __ATOMIC_RELEASE);
+	}
 	unclaimed_add(s->id, (int64_t)(ce - cs));
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_returned, (int64_t)((ce - cs) >> VMAP_CHUNK_SHIFT));
@@ -1506,6 +1529,14 @@ static void retire_destination(void *q)
 			  -(int64_t)((vmap_tag_pages(qt) - 1) << VMAP_PAGE_SHIFT));
 }
 
+/* A VMA a move left in a's chunk (see vmap_moves). */
+static void count_move(uintptr_t a)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	__atomic_add_fetch(&r->chunk_moves[(a - r->base) >> VMAP_CHUNK_SHIFT], 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&vmap_moves, 1, __ATOMIC_RELAXED);
+}
+
 void *vmap_range_move(void *p, size_t size, bool *moved)
 {
 	uint64_t t;
@@ -1518,12 +1549,11 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	if (!q)
 		return NULL;
 	/* Each move leaves the moved pages in a VMA of their own (the kernel
-	 * keeps their old page offset, so it cannot merge them back): bound
-	 * the moves so that a realloc-heavy program stays far from
-	 * vm.max_map_count: a sixteenth of it in moves, an eighth in VMAs
-	 * (vmap_vma_budget); past the budget, copy. */
-	if (__atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) >= vmap_vma_budget() / 4 ||
-	    __atomic_add_fetch(&vmap_moves, 1, __ATOMIC_RELAXED) > vmap_vma_budget() / 4)
+	 * keeps their old page offset, so it cannot merge them back) until
+	 * their chunk goes back to the arena: bound them so that a
+	 * realloc-heavy program stays far from vm.max_map_count, an eighth of
+	 * it (vmap_vma_budget); past the budget, copy. */
+	if (__atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) + 2 > vmap_vma_budget() / 2)
 		return q;
 	/* Move the page tables, not the bytes; the old range stays mapped (and
 	 * empty, hence zero) thanks to MREMAP_DONTUNMAP, so the arena keeps no
@@ -1560,6 +1590,8 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 		}
 		return q; /* caller copies and frees p */
 	}
+	count_move((uintptr_t)p);
+	count_move((uintptr_t)q);
 	/* p is now zero-filled address space: straight back to free space. */
 	bool big = t & VMAP_TAG_BIG;
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];

@@ -150,6 +150,7 @@ struct vmap_region {
 	size_t size;
 	struct vmap_pte *pt;     /* size / PAGE entries */
 	uint16_t *chunk_owner;   /* (shard + 1) | big << 15; shard bits 0: free (see below) */
+	uint32_t *chunk_moves;   /* VMAs realloc moves left in each chunk (range.c: vmap_moves) */
 	size_t nchunks;
 	size_t pt_bytes, owner_bytes;
 	struct vmap_slab *slabs; /* slab descriptors, one per 64 KiB (slab.c); NULL until the first slab */

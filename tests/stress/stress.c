@@ -6,22 +6,26 @@
  *
  * Threads share a table of slots; each operation picks a random slot and
  * atomically exchanges its block with a new one (malloc, calloc, aligned,
- * realloc of the old one) or NULL, verifies the pattern of whatever it took
- * out (written by whichever thread allocated it) and frees it.  So a block is
- * often freed by another thread than the one that allocated it.  Some
- * threads exit and are replaced (thread churn).  At the end every slot is
- * verified and freed, and with vmapalloc the live-block counters must be back
- * at their starting values.
+ * realloc of the old one; or the program's own mmap, grown or shrunk with
+ * mremap and unmapped in two pieces) or NULL, verifies the pattern of
+ * whatever it took out (written by whichever thread allocated it) and frees
+ * it.  So a block is often freed by another thread than the one that
+ * allocated it.  Some threads exit and are replaced (thread churn).  At the
+ * end every slot is verified and freed; with vmapalloc the live-block and
+ * served-mmap counters must be back at their starting values, and VmRSS
+ * back near nothing after malloc_trim.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +34,7 @@
 struct block {
 	size_t size;
 	uint64_t seed;
+	uint64_t mapped; /* 1: the program's own mmap (munmap/mremap), 0: malloc family */
 	/* pattern bytes follow, over the whole block */
 };
 
@@ -75,10 +80,42 @@ static size_t pick_size(uint64_t *s)
 {
 	uint64_t r = rnd(s);
 	switch (r % 8) {
-	case 0: case 1: case 2: return sizeof(struct block) + r % 512;          /* small */
-	case 3: return sizeof(struct block) + r % (64 << 10);                    /* medium */
+	case 0: case 1: case 2: return sizeof(struct block) + 1 + r % 512;      /* small: the last byte is past the header */
+	case 3: return sizeof(struct block) + 1 + r % (64 << 10);                /* medium */
 	case 4: case 5: return (64 << 10) + r % (1 << 20);                       /* large */
 	default: return (1 << 20) + r % max_size;                               /* larger */
+	}
+}
+
+#define PAGE_UP(n) (((n) + 4095) & ~(size_t)4095)
+
+/* The program's own anonymous mmap (served from vmapalloc's arena). */
+static struct block *make_mapped(size_t size)
+{
+	struct block *b = mmap(NULL, PAGE_UP(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b == MAP_FAILED) {
+		fprintf(stderr, "FAIL: mmap(%zu) failed\n", size);
+		abort();
+	}
+	for (size_t i = 0; i < size; i += 4096)
+		if (((unsigned char *)b)[i]) {
+			fprintf(stderr, "FAIL: mmap(%zu) not zero at %zu\n", size, i);
+			abort();
+		}
+	return b;
+}
+
+/* free, or munmap in two pieces (the tail first: a partial munmap). */
+static void release(struct block *b)
+{
+	if (!b->mapped) {
+		free(b);
+		return;
+	}
+	size_t len = PAGE_UP(b->size), head = len > 8192 ? (len / 2) & ~(size_t)4095 : len;
+	if ((head < len && munmap((char *)b + head, len - head) != 0) || munmap(b, head) != 0) {
+		fprintf(stderr, "FAIL: munmap of %zu bytes failed\n", len);
+		abort();
 	}
 }
 
@@ -86,7 +123,14 @@ static struct block *make(uint64_t *s)
 {
 	size_t size = pick_size(s);
 	struct block *b;
-	switch (rnd(s) % 4) {
+	switch (rnd(s) % 5) {
+	case 4:
+		b = make_mapped(size);
+		b->size = size;
+		b->seed = rnd(s);
+		b->mapped = 1;
+		fill(b);
+		return b;
 	case 0:
 		b = calloc(1, size);
 		if (b)
@@ -121,6 +165,7 @@ static struct block *make(uint64_t *s)
 	}
 	b->size = size;
 	b->seed = rnd(s);
+	b->mapped = 0;
 	fill(b);
 	return b;
 }
@@ -144,7 +189,15 @@ static void *worker(void *arg)
 				size_t ns = pick_size(&s), keep = old->size < ns ? old->size : ns;
 				uint64_t seed = old->seed;
 				size_t osize = old->size;
-				struct block *r = realloc(old, ns);
+				uint64_t mapped = old->mapped;
+				struct block *r;
+				if (mapped) {
+					r = mremap(old, PAGE_UP(osize), PAGE_UP(ns), MREMAP_MAYMOVE);
+					if (r == MAP_FAILED)
+						r = NULL;
+				} else {
+					r = realloc(old, ns);
+				}
 				if (!r) {
 					fprintf(stderr, "FAIL: realloc to %zu failed\n", ns);
 					abort();
@@ -157,14 +210,15 @@ static void *worker(void *arg)
 					}
 				r->size = ns;
 				r->seed = rnd(&s);
+				r->mapped = mapped;
 				fill(r);
 				struct block *o2 = atomic_exchange(&slots[i], r);
 				if (o2) {
 					check(o2);
-					free(o2);
+					release(o2);
 				}
 			} else {
-				free(old);
+				release(old);
 			}
 		}
 		n++;
@@ -174,6 +228,34 @@ static void *worker(void *arg)
 }
 
 /* A "Name:   N kB" line of /proc/self/status, in KiB (0 if absent). */
+/* The mappings with more than min_kib resident, from /proc/self/smaps (the
+ * failure's diagnosis: whose pages stayed). */
+static void show_resident(unsigned long min_kib)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	if (!f)
+		return;
+	int (*owns)(const void *) = (int (*)(const void *))dlsym(RTLD_DEFAULT, "vmapalloc_owns");
+	char line[512], head[512] = "";
+	unsigned long lo = 0, in_arena = 0, other = 0;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long kib;
+		/* "7f12...-7f13... rw-p ..." heads a mapping; fields are "Rss: ..." */
+		if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f')) {
+			snprintf(head, sizeof head, "%s", line);
+			lo = strtoul(line, NULL, 16);
+		} else if (sscanf(line, "Rss: %lu kB", &kib) == 1) {
+			bool ours = owns && owns((void *)lo);
+			*(ours ? &in_arena : &other) += kib;
+			if (kib > min_kib)
+				fprintf(stderr, "  %8lu KiB  %s%s", kib, ours ? "(vmapalloc's arena) " : "", head);
+		}
+	}
+	fclose(f);
+	fprintf(stderr, "  in all: %lu KiB resident in vmapalloc's arena, %lu KiB elsewhere\n", in_arena,
+		other);
+}
+
 static unsigned long status_kib(const char *name)
 {
 	char line[256];
@@ -226,7 +308,7 @@ int main(int argc, char **argv)
 		struct block *b = atomic_exchange(&slots[i], NULL);
 		if (b) {
 			check(b);
-			free(b);
+			release(b);
 		}
 	}
 	if (counter_get) {
@@ -235,6 +317,14 @@ int main(int argc, char **argv)
 		if (blocks1 != blocks0) {
 			fprintf(stderr, "FAIL: %llu large blocks live at the end, %llu at the start\n",
 				(unsigned long long)blocks1, (unsigned long long)blocks0);
+			return 1;
+		}
+		uint64_t mapped = 0, served = 0;
+		counter_get("mmap_bytes_in_use", &mapped);
+		counter_get("mmap_served", &served);
+		if (mapped != 0 || served == 0) {
+			fprintf(stderr, "FAIL: %llu bytes of served mmaps left after every munmap (%llu served)\n",
+				(unsigned long long)mapped, (unsigned long long)served);
 			return 1;
 		}
 		malloc_trim(0);
@@ -246,7 +336,8 @@ int main(int argc, char **argv)
 	unsigned long rss = status_kib("VmRSS:"), hwm = status_kib("VmHWM:");
 	if (counter_get && rss > 65536 && rss > hwm / 32) {
 		fprintf(stderr, "FAIL: VmRSS %lu KiB after every block was freed and trimmed "
-			"(peak %lu KiB)\n", rss, hwm);
+			"(peak %lu KiB); mappings with more than 4 MiB resident:\n", rss, hwm);
+		show_resident(4096);
 		return 1;
 	}
 	printf("stress: %d threads (%lu started), %.1f s, %lu operations, %.1f GiB verified, "

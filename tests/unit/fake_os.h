@@ -5,7 +5,7 @@
  * every call the core makes to <fn> through __wrap_vmap_os_<fn> in fake_os.c.
  * By default a wrapper counts the call and forwards it to the real function
  * (__real_vmap_os_<fn>).  A test can instead:
- *   - fail the Nth call from now with a given -errno (fake_fail_nth), the next
+ *   - fail the Nth call from now with a given errno, positive (fake_fail_nth), the next
  *     N calls (fake_fail_next), or every call (fake_fail_always), until
  *     fake_fail_clear() or fake_reset();
  *   - read how many calls were made (fake_calls) and, for madvise and

@@ -523,23 +523,76 @@ Test(purge, big_areas_purge_and_merge_too)
 	cr_assert(zero && all_zero(q, 3 * MiB));
 }
 
-/* A big chunk given back keeps its MADV_HUGEPAGE: small claims take other
- * free chunks first, and one that must take it advises it back, so that
- * transparent huge pages cannot inflate small blocks. */
+/* The protection /proc/self/maps gives the page at a ("rw-p", "---p"). */
+static void maps_perms(uintptr_t a, char out[5])
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	cr_assert(f);
+	unsigned long lo, hi;
+	char perms[5] = "";
+	strcpy(out, "none");
+	while (fscanf(f, "%lx-%lx %4s%*[^\n]", &lo, &hi, perms) == 3)
+		if (a >= lo && a < hi) {
+			memcpy(out, perms, 5);
+			break;
+		}
+	fclose(f);
+}
+
+/* A chunk going back to the arena is mapped afresh, PROT_NONE as reserved:
+ * no advice, no commit charge, no VMA of a realloc move left; the next claim
+ * makes it writable again (F17). */
+Test(purge, a_chunk_given_back_is_mapped_afresh_and_claimed_writable)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_RESERVE=256M", "VMAPALLOC_HUGEPAGE=1",
+			     "VMAPALLOC_HUGEPAGE_MIN=32M", NULL};
+	range_setup(env);
+	fake_fail_always(FAKE_RESERVE, ENOMEM); /* no second region: 4 chunks */
+	void *b = alloc_ok(40 * MiB);
+	struct vmap_region *r = vmap_region_of((uintptr_t)b);
+	uintptr_t c0 = (uintptr_t)b & ~(uintptr_t)(VMAP_CHUNK - 1);
+	size_t bc = (c0 - r->base) >> VMAP_CHUNK_SHIFT;
+	char perms[5];
+	maps_perms(c0, perms);
+	cr_assert_str_eq(perms, "rw-p");
+	memset(b, 1, 40 * MiB);
+	vmap_range_free(b, "free");
+	vmap_range_purge(true);
+	cr_assert_eq(r->chunk_owner[bc], 0, "no advice kept: the mapping is new");
+	maps_perms(c0, perms);
+	cr_assert_str_eq(perms, "---p");
+	unsigned char vec[4];
+	cr_assert_eq(mincore((void *)c0, 4 * 4096, vec), 0);
+	cr_assert_eq(vec[0] & 1, 0, "nothing resident");
+	void *again = alloc_ok(40 * MiB);
+	cr_assert_eq((uintptr_t)again & ~(uintptr_t)(VMAP_CHUNK - 1), c0);
+	maps_perms(c0, perms);
+	cr_assert_str_eq(perms, "rw-p");
+	cr_assert(all_zero(again, 40 * MiB));
+	vmap_range_free(again, "free");
+}
+
+/* Where the chunk cannot be mapped afresh (the VMA limit), a big chunk given
+ * back keeps its MADV_HUGEPAGE: small claims take other free chunks first,
+ * and one that must take it advises it back, so that transparent huge pages
+ * cannot inflate small blocks. */
 Test(purge, a_big_chunk_given_back_goes_to_small_blocks_last_and_unadvised)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_RESERVE=256M", "VMAPALLOC_HUGEPAGE=1",
 			     "VMAPALLOC_HUGEPAGE_MIN=32M", NULL};
 	range_setup(env);
-	fake_fail_always(FAKE_RESERVE, -ENOMEM); /* no second region: 4 chunks */
+	fake_fail_always(FAKE_RESERVE, ENOMEM); /* no second region: 4 chunks */
 	void *b = alloc_ok(40 * MiB);
 	cr_assert(tag_of(b) & VMAP_TAG_BIG);
 	struct vmap_region *r = vmap_region_of((uintptr_t)b);
 	size_t bc = ((uintptr_t)b - r->base) >> VMAP_CHUNK_SHIFT;
+	fake_fail_always(FAKE_MMAP, ENOMEM); /* the chunk is not mapped afresh */
 	vmap_range_free(b, "free");
 	vmap_range_purge(true);
-	cr_assert_eq(r->chunk_owner[bc], VMAP_CHUNK_WAS_BIG);
+	fake_fail_clear(FAKE_MMAP);
+	cr_assert_eq(r->chunk_owner[bc], VMAP_CHUNK_WAS_BIG, "owner %#x", r->chunk_owner[bc]);
 	/* 30 MiB small blocks, two per chunk: the three other chunks first. */
 	void *s[7];
 	for (int i = 0; i < 6; i++) {
