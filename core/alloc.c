@@ -5,6 +5,8 @@
  *   larger, page-aligned or page-granular requests -> range allocator
  *   pointer outside every arena region             -> glibc (its own, or
  *                                                     allocated before us)
+ *   ... that cannot be glibc's (stack, static data) -> left alone, counted,
+ *                                                     said once ("foreign")
  *
  * Owns: the init state machine, the per-thread "seen" flag that detects the
  * second thread (the counter switch), the fork handlers, the exit report.
@@ -193,6 +195,44 @@ static bool glibc_at_least(unsigned major, unsigned minor)
 static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
+static void foreign_init(const struct vmap_load *load);
+
+/*
+ * Not the process's malloc (reliability.md #45): loaded after libc.so.6 (a
+ * dlopen, or linked after it), so the program's malloc and mmap are bound to
+ * libc's; or under a valgrind tool that redirects every malloc it finds,
+ * ours included (memcheck, helgrind, drd, massif, dhat).  Everything that only
+ * makes sense for the process's malloc stays off: no options read, no arena
+ * (the range allocator counts as refused: large requests and mmap go to
+ * glibc and the kernel), no slabs, no fork handlers, no report.  The
+ * exported functions still work when called directly, by passing to glibc,
+ * whose blocks they are.  One line says so, as every other condition line,
+ * also under AT_SECURE (glibc opens fds 0-2 on /dev/null for such processes
+ * when they are closed, so the line cannot land in a file the program opened).
+ */
+static bool vmap_inert;
+
+__attribute__((noinline, cold)) static void go_inert(const struct vmap_load *load)
+{
+	vmap_inert = true;
+	vmap_options_parse(NULL, false); /* the defaults, which ask for no output */
+	vmap_range_ok = false;
+	__atomic_store_n(&vmap_range_state, RANGE_DONE, __ATOMIC_RELEASE);
+	vmap_large_above = SIZE_MAX;
+	if (load->valgrind)
+		vmap_say("valgrind's ", load->valgrind,
+			 " replaces malloc (vmapalloc's too): vmapalloc is off (no arena, no "
+			 "statistics, options ignored; mmap goes to the kernel)");
+	else
+		vmap_say("loaded after libc.so.6 (by dlopen?): the program's malloc and mmap are "
+			 "not vmapalloc's, so it is off (no arena, no statistics, options ignored; "
+			 "its own functions pass to glibc)", NULL, NULL);
+}
+
+bool vmap_is_inert(void)
+{
+	return vmap_inert;
+}
 
 __attribute__((noinline, cold)) static void init_slow(void)
 {
@@ -206,8 +246,21 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		return;
 	}
 	vmap_tls_in_init = true;
-	if (vmap_backend_init() != 0)
+	struct vmap_load load;
+	if (vmap_backend_init(&load) != 0)
 		vmap_os_exit(127);
+	foreign_init(&load);
+	if (!load.self_index || load.valgrind) {
+		go_inert(&load);
+		vmap_tls_seen = true;
+		__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
+		vmap_tls_in_init = false;
+		return;
+	}
+	if (load.asan)
+		vmap_say(load.asan, " (AddressSanitizer) is loaded after vmapalloc: malloc is "
+			 "vmapalloc's, so ASan does not check heap blocks (run ASan programs "
+			 "without vmapalloc)", NULL);
 	bool secure = getauxval(AT_SECURE) != 0;
 	vmap_options_parse(environ ? environ : env_from_proc(), secure);
 	if (vmap_opt.help) {
@@ -386,6 +439,132 @@ static inline void small_free(void *p)
 {
 	if (vmap_libc.free)
 		vmap_libc.free(p);
+}
+
+/* ---- foreign pointers: neither ours nor glibc's ---------------------------- */
+
+/*
+ * A pointer outside every arena region goes to glibc, which aborts, with its
+ * own message, on one it does not know.  Before that, a few compares catch
+ * pointers that cannot be glibc's blocks (reliability.md #4); such a pointer
+ * is left alone (free does nothing, realloc fails, malloc_usable_size says
+ * 0), counted (foreign_pointers) and said once.  Every test must be certain:
+ * a glibc block taken for foreign would leak and its realloc fail.
+ *  - misaligned: glibc blocks are 16-aligned (memalign ones more);
+ *  - inside the program's loaded image (static data, code): glibc's heap
+ *    starts after the program's .bss, its other memory is mmapped outside
+ *    every image;
+ *  - on this thread's stack, above the current frame: [sp, top) with top
+ *    the main thread's stack top (AT_EXECFN, a string the kernel puts at
+ *    the very top) or the thread pointer, glibc's descriptor of a thread it
+ *    created, which sits at the top of the thread's stack block.  The window
+ *    is bounded (8 MiB below the main stack's top, where the kernel maps
+ *    nothing but the stack: mmap_base is at least 128 MiB lower; 8 KiB below
+ *    a thread's descriptor, within the 16 KiB PTHREAD_STACK_MIN every thread
+ *    stack has), so that a frame on another stack (sigaltstack, a coroutine
+ *    stack that may itself be a glibc block) fails the test instead of
+ *    stretching the window over the heap.  The main thread's descriptor is
+ *    not a stack top (ld.so allocates it): its window is skipped.  Deeper
+ *    frames go to glibc as before.
+ * glibc's free is the common free under BACKEND=auto, so the inline part is
+ * a filter: the alignment, the image and "less than 8 MiB above sp" (true of
+ * every stack address the windows accept); the exact windows are looked at
+ * out of line, only for pointers just above the stack pointer.  Cost: 11
+ * instructions a glibc free (callgrind), no call, no system call.  The
+ * bounds come from vmap_backend_init's walk and the aux vector: no system
+ * call at init either.
+ */
+#define MAIN_STACK_WINDOW ((uintptr_t)8 << 20)
+#define THREAD_STACK_WINDOW ((uintptr_t)8 << 10)
+static uintptr_t vmap_exe_lo VMAP_HOT, vmap_exe_len VMAP_HOT;
+static uintptr_t vmap_main_top, vmap_main_tp; /* read out of line only */
+
+enum { NOT_FOREIGN, FOREIGN_MISALIGNED, FOREIGN_EXE, FOREIGN_STACK };
+
+static inline uintptr_t stack_pointer(void)
+{
+	uintptr_t sp;
+#if defined(__x86_64__)
+	__asm__("mov %%rsp, %0" : "=r"(sp));
+#elif defined(__aarch64__)
+	__asm__("mov %0, sp" : "=r"(sp));
+#else
+	sp = (uintptr_t)__builtin_frame_address(0);
+#endif
+	return sp;
+}
+
+static inline uintptr_t thread_pointer(void)
+{
+	uintptr_t tp;
+#if defined(__x86_64__)
+	__asm__("mov %%fs:0, %0" : "=r"(tp)); /* the TCB's pointer to itself */
+#elif defined(__aarch64__)
+	__asm__("mrs %0, tpidr_el0" : "=r"(tp));
+#else
+	tp = 0; /* no thread window */
+#endif
+	return tp;
+}
+
+static void foreign_init(const struct vmap_load *load)
+{
+	vmap_exe_lo = load->exe_lo;
+	vmap_exe_len = load->exe_hi - load->exe_lo;
+	vmap_main_top = getauxval(AT_EXECFN); /* 0 (no window) if the kernel gave none */
+	/* Init runs on the main thread (from the first call or our constructor);
+	 * if not (a dlopen from another thread), that thread's window is lost. */
+	vmap_main_tp = thread_pointer();
+}
+
+/* Which kind of foreign pointer a is, sp the caller's stack pointer. */
+__attribute__((noinline, cold)) static int foreign_kind_slow(uintptr_t a, uintptr_t sp)
+{
+	if (a & (SMALL_ALIGN - 1))
+		return FOREIGN_MISALIGNED;
+	if (a - vmap_exe_lo < vmap_exe_len)
+		return FOREIGN_EXE;
+	uintptr_t tp = thread_pointer();
+	uintptr_t main_d = vmap_main_top - sp, thread_d = tp - sp;
+	if (main_d <= MAIN_STACK_WINDOW && a - sp < main_d)
+		return FOREIGN_STACK;
+	if (thread_d <= THREAD_STACK_WINDOW && a - sp < thread_d && tp != vmap_main_tp)
+		return FOREIGN_STACK;
+	return NOT_FOREIGN; /* just above the stack pointer, but not on this stack */
+}
+
+/* Which kind of foreign pointer p is, or NOT_FOREIGN (possibly glibc's). */
+static inline int foreign_kind(const void *p)
+{
+	uintptr_t a = (uintptr_t)p, sp = stack_pointer();
+	if (__builtin_expect((a & (SMALL_ALIGN - 1)) || a - vmap_exe_lo < vmap_exe_len ||
+				     a - sp < MAIN_STACK_WINDOW, 0))
+		return foreign_kind_slow(a, sp);
+	return NOT_FOREIGN;
+}
+
+/* Counts p and says the first one; the caller leaves it alone. */
+__attribute__((noinline, cold)) static void foreign(const void *p, int kind, const char *who)
+{
+	static const char *const what[] = {
+		[FOREIGN_MISALIGNED] = "misaligned: no heap block starts there",
+		[FOREIGN_EXE] = "inside the program's image: static data or code",
+		[FOREIGN_STACK] = "on this thread's stack",
+	};
+	static bool said;
+	vmap_stat_inc_local(VMAP_STAT_foreign_pointers);
+	if (__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+		return;
+	VMAP_BUF(b, 2, 256);
+	vmap_buf_str(&b, "vmapalloc: ");
+	vmap_buf_str(&b, who);
+	vmap_buf_str(&b, "(): invalid pointer ");
+	vmap_buf_hex(&b, (uintptr_t)p);
+	vmap_buf_str(&b, " (");
+	vmap_buf_str(&b, what[kind]);
+	vmap_buf_str(&b, "): left alone; such pointers are counted (foreign_pointers), "
+			 "said once\n");
+	vmap_buf_flush(&b);
 }
 
 /* ---- re-entry: signal handlers and fork handlers --------------------------- */
@@ -713,6 +892,11 @@ void vmap_free(void *p)
 		   free_escape(p)) {
 		return;
 	} else {
+		int kind = foreign_kind(p);
+		if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
+			foreign(p, kind, "free");
+			return;
+		}
 		count(VMAP_STAT_small_frees);
 		small_free(p);
 	}
@@ -765,7 +949,14 @@ static size_t usable(void *p)
 	if (vmap_range_owns(p))
 		return vmap_range_usable(p, "malloc_usable_size");
 	struct escape *e = escape_of(p);
-	return e ? e->len : vmap_libc.usable_size(p);
+	if (e)
+		return e->len;
+	int kind = foreign_kind(p);
+	if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
+		foreign(p, kind, "malloc_usable_size");
+		return 0; /* as for NULL: nothing there to use */
+	}
+	return vmap_libc.usable_size(p);
 }
 
 /* Moves a block to a new allocation of size bytes by copying. */
@@ -822,6 +1013,16 @@ void *vmap_realloc(void *p, size_t size)
 	} else if (!vmap_range_owns(p) && (e = escape_of(p))) {
 		q = realloc_copy(p, e->len, size);
 	} else if (!vmap_range_owns(p)) {
+		int kind = foreign_kind(p);
+		if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
+			/* Left alone as free leaves it; the failure return tells
+			 * the caller p is still its own, unchanged.  EINVAL, not
+			 * ENOMEM: nothing ran out.  (A non-live pointer inside the
+			 * arena aborts: that one is certainly a use after free.) */
+			foreign(p, kind, "realloc");
+			errno = EINVAL;
+			return NULL;
+		}
 		/* glibc's block: glibc resizes it while it stays small. */
 		if (!is_large(size)) {
 			q = vmap_libc.realloc(p, size);

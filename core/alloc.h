@@ -76,6 +76,9 @@ void vmap_at_exit(void);         /* the destructor: the report */
  * handlers fork() runs, when vmapalloc is initialised. */
 void vmap_fork_hook_prepare(void);
 void vmap_fork_hook_after(bool child);
+/* Not the process's malloc (dlopen, or under a valgrind tool): everything
+ * passes to glibc and the kernel (alloc.c go_inert).  Valid after init. */
+bool vmap_is_inert(void);
 bool vmap_range_enabled(void);   /* the arena is set up (does not set it up) */
 bool vmap_range_ready(void);     /* sets the arena up if need be; false if it cannot be had */
 

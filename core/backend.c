@@ -32,6 +32,8 @@ struct vmap_libc vmap_libc VMAP_HOT;
 
 struct elf_tables {
 	const char *want; /* the object's file name */
+	struct vmap_load *load; /* vmap_backend_init's walk only: what it passes on the way */
+	unsigned index;         /* objects visited so far */
 	uintptr_t base;
 	const ElfW(Sym) *symtab;
 	const char *strtab;
@@ -47,21 +49,82 @@ static bool str_eq(const char *a, const char *b)
 	return *a == *b;
 }
 
-/* ".../want" */
-static bool name_is(const char *name, const char *want)
+/* The last path component of name. */
+static const char *base_name(const char *name)
 {
 	const char *last = name;
 	for (const char *p = name; *p; p++)
 		if (*p == '/')
 			last = p + 1;
-	return str_eq(last, want);
+	return last;
+}
+
+static bool starts_with(const char *s, const char *prefix)
+{
+	while (*prefix && *s == *prefix)
+		s++, prefix++;
+	return !*prefix;
+}
+
+/* [lo, hi) of the object's PT_LOAD segments. */
+static void image_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi)
+{
+	uintptr_t l = UINTPTR_MAX, h = 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD)
+			continue;
+		uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+		if (a < l)
+			l = a;
+		if (a + ph->p_memsz > h)
+			h = a + ph->p_memsz;
+	}
+	*lo = h ? l : 0;
+	*hi = h;
+}
+
+/* This object's ELF header (the linker defines the symbol); its program
+ * headers follow it in the first page, where dl_iterate_phdr points. */
+extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
+
+/*
+ * vmap_backend_init's walk runs in load order, which is the order of the
+ * global scope that the program's references to malloc are bound in, and
+ * stops at libc.so.6.  Before it come the program, the vDSO, the
+ * LD_PRELOAD objects (valgrind's among them, when it runs a tool) and the
+ * libraries linked before libc: a few compares per object, no system call.
+ *  - this object not met before libc: libc's malloc is the one bound
+ *    (dlopen, or linked after libc): vmapalloc does not interpose;
+ *  - a vgpreload_<tool> object other than vgpreload_core: valgrind runs a
+ *    tool that replaces malloc (memcheck, helgrind, drd, massif, dhat), and
+ *    it redirects every malloc it finds, ours included;
+ *  - libasan: an ASan-built program (its runtime after us: ASan lets it run
+ *    only with verify_asan_link_order=0, and then its heap checks are off).
+ */
+static void note_order(struct elf_tables *t, const struct dl_phdr_info *info, const char *base)
+{
+	struct vmap_load *l = t->load;
+	if (t->index++ == 0)
+		image_range(info, &l->exe_lo, &l->exe_hi); /* the program comes first */
+	if ((const char *)info->dlpi_phdr == (const char *)&__ehdr_start + __ehdr_start.e_phoff) {
+		l->self_index = t->index;
+		return;
+	}
+	if (base[0] == 'v' && starts_with(base, "vgpreload_") && !starts_with(base, "vgpreload_core"))
+		l->valgrind = base;
+	else if (base[0] == 'l' && starts_with(base, "libasan.so") && l->self_index > 1)
+		l->asan = base;
 }
 
 static int find_object(struct dl_phdr_info *info, size_t size, void *data)
 {
 	(void)size;
 	struct elf_tables *t = data;
-	if (!info->dlpi_name || !name_is(info->dlpi_name, t->want))
+	const char *base = info->dlpi_name ? base_name(info->dlpi_name) : "";
+	if (t->load)
+		note_order(t, info, base);
+	if (!str_eq(base, t->want))
 		return 0;
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
@@ -142,28 +205,29 @@ static void *lookup(const struct elf_tables *t, const char *name)
 	return lookup_version(t, name, NULL);
 }
 
-static bool find(const char *object, struct elf_tables *t)
+static bool find(const char *object, struct elf_tables *t, struct vmap_load *load)
 {
-	*t = (struct elf_tables){.want = object};
+	*t = (struct elf_tables){.want = object, .load = load};
 	return dl_iterate_phdr(find_object, t) && t->symtab && t->strtab && t->gnu_hash;
 }
 
 void *vmap_elf_symbol(const char *object, const char *name)
 {
 	struct elf_tables t;
-	return find(object, &t) ? lookup(&t, name) : NULL;
+	return find(object, &t, NULL) ? lookup(&t, name) : NULL;
 }
 
 void *vmap_elf_symbol_version(const char *object, const char *name, const char *version)
 {
 	struct elf_tables t;
-	return find(object, &t) ? lookup_version(&t, name, version) : NULL;
+	return find(object, &t, NULL) ? lookup_version(&t, name, version) : NULL;
 }
 
-int vmap_backend_init(void)
+int vmap_backend_init(struct vmap_load *load)
 {
 	struct elf_tables t;
-	if (!find("libc.so.6", &t)) {
+	*load = (struct vmap_load){0};
+	if (!find("libc.so.6", &t, load)) {
 		vmap_say("cannot find glibc's libc.so.6 and its symbol tables; ",
 			 "vmapalloc needs a dynamically linked glibc program", NULL);
 		return -1;

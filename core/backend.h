@@ -11,6 +11,7 @@
 
 #include <malloc.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 struct vmap_libc {
@@ -29,8 +30,16 @@ extern struct vmap_libc vmap_libc;
 
 enum vmap_backend { VMAP_BACKEND_LIBC = 0, VMAP_BACKEND_BUILTIN = 1, VMAP_BACKEND_AUTO = 2 };
 
-/* Resolves glibc's functions; 0, or -1 after printing why. */
-int vmap_backend_init(void);
+/* What the walk that finds libc.so.6 saw on the way (backend.c note_order). */
+struct vmap_load {
+	unsigned self_index;   /* this object's place in load order (1 = the program), 0: after libc */
+	const char *valgrind;  /* a valgrind tool's preload that replaces malloc, or NULL */
+	const char *asan;      /* libasan, loaded after this (preloaded) object, or NULL */
+	uintptr_t exe_lo, exe_hi;   /* the program's image (its PT_LOAD segments) */
+};
+
+/* Resolves glibc's functions and fills *load; 0, or -1 after printing why. */
+int vmap_backend_init(struct vmap_load *load);
 
 /* The default-version definition of `name` in the loaded object whose file
  * name is `object` (its last path component, e.g. "libunwind.so.8"), found

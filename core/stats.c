@@ -508,6 +508,10 @@ reserved:
 	vmap_buf_u64(b, V(small_frees));
 	vmap_buf_str(b, " / ");
 	vmap_buf_u64(b, V(large_frees));
+	if (V(foreign_pointers)) {
+		vmap_buf_str(b, "; foreign pointers left alone ");
+		vmap_buf_u64(b, V(foreign_pointers));
+	}
 	line(b, "large reuse");
 	uint64_t served = V(pool_hits) + V(run_hits) + V(pool_misses);
 	vmap_buf_str(b, "pool hits ");

@@ -29,6 +29,10 @@
  * -O2; an -O0 build would make libvmapalloc.so the caller).  rel-deepbind
  * opens its library by a bare name that only the program's RUNPATH finds.
  *
+ * When vmapalloc is off (core/alloc.c go_inert: dlopened, or under a valgrind
+ * tool that replaces malloc everywhere), the flag is left as it is: every
+ * library's malloc is then glibc's (or valgrind's) anyway.
+ *
  * glibc's functions are found in libc.so.6's own symbol table, by version
  * GLIBC_2.34 (where glibc 2.34 moved them from libdl), else libdl.so.2's
  * default version (older glibc); never with dlsym (core/backend.c).
@@ -36,6 +40,7 @@
 #include <dlfcn.h>
 #include <stddef.h>
 
+#include "alloc.h"
 #include "backend.h"
 #include "fmt.h"
 
@@ -82,7 +87,7 @@ __attribute__((noinline, cold)) static int clear_deepbind(const char *call, cons
 
 EXPORT void *dlopen(const char *file, int flags)
 {
-	if (__builtin_expect(flags & RTLD_DEEPBIND, 0))
+	if (__builtin_expect(flags & RTLD_DEEPBIND, 0) && !vmap_is_inert())
 		flags = clear_deepbind("dlopen(", file, flags);
 	dlopen_fn *f = __atomic_load_n(&real_dlopen, __ATOMIC_ACQUIRE);
 	if (__builtin_expect(!f, 0)) {
@@ -95,7 +100,7 @@ EXPORT void *dlopen(const char *file, int flags)
 
 EXPORT void *dlmopen(Lmid_t lmid, const char *file, int flags)
 {
-	if (__builtin_expect((flags & RTLD_DEEPBIND) && lmid == LM_ID_BASE, 0))
+	if (__builtin_expect((flags & RTLD_DEEPBIND) && lmid == LM_ID_BASE, 0) && !vmap_is_inert())
 		flags = clear_deepbind("dlmopen(LM_ID_BASE, ", file, flags);
 	dlmopen_fn *f = __atomic_load_n(&real_dlmopen, __ATOMIC_ACQUIRE);
 	if (__builtin_expect(!f, 0)) {

@@ -6,6 +6,22 @@
  *   interior             free(p + 4096) of a large block
  *   realloc-freed        realloc of a freed large block
  *   glibc-ptr            free of a small (glibc) block: must just work, exit 0
+ *   foreign              free of a stack address, a static (.data and .bss)
+ *                        address, an address in the program's code, and in
+ *                        another thread's own stack; realloc of a static
+ *                        address (NULL, EINVAL, left alone) and
+ *                        malloc_usable_size of a stack address (0): all left
+ *                        alone, counted in foreign_pointers (checked here);
+ *                        one "vmapalloc: ... invalid pointer" line (checked by
+ *                        the driver), exit 0.  Around them, glibc blocks that
+ *                        must still go to glibc (never taken for foreign):
+ *                        small malloc, memalign 32-2048, blocks of another
+ *                        thread, blocks freed from a signal handler running on
+ *                        an alternate stack that is itself a glibc block with
+ *                        the freed blocks right above it (the stack window
+ *                        must not stretch over the heap); each is freed and
+ *                        its size class allocated again, and the program's
+ *                        blocks keep their contents throughout
  * and with VMAPALLOC_BACKEND=builtin, the same misuse of small objects:
  *   small-double-free    free a 48-byte object twice
  *   small-double-free-remote  freed twice by a thread that does not own it
@@ -23,8 +39,10 @@
 #endif
 #include "vmtest.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 
 #define MiB ((size_t)1 << 20)
@@ -43,6 +61,126 @@ static void *remote_free_twice(void *p)
     free(p);
     free(vmt_ptr(p));
     return NULL;
+}
+
+/* ---- foreign pointers -------------------------------------------------- */
+
+static _Alignas(16) unsigned char static_data[64] = {1};
+static _Alignas(16) unsigned char static_bss[64];
+
+/* glibc blocks of one thread, freed by another (and some by itself). */
+static void *glibc_blocks(void *arg)
+{
+    void **b = arg;
+    for (int i = 0; i < 16; i++) {
+        b[i] = malloc(24 + 40 * (size_t)i);
+        CHECK(b[i] != NULL && !vm.owns(b[i]), "a small block is not glibc's");
+        memset(b[i], i, 24 + 40 * (size_t)i);
+    }
+    return NULL;
+}
+
+static void *free_own_stack(void *arg)
+{
+    _Alignas(16) unsigned char local[32];
+    local[0] = 1;
+    (void)arg;
+    free(vmt_ptr(local));
+    return NULL;
+}
+
+/* The signal handler runs on an alternate stack that is a glibc block; the
+ * blocks it frees were allocated right after it (above it in glibc's heap). */
+static void *above[8];
+static volatile int handler_ran;
+static void free_above(int sig)
+{
+    (void)sig;
+    for (int i = 0; i < 8; i++)
+        free(above[i]);
+    handler_ran = 1;
+}
+
+static unsigned char *pattern_block(size_t n, int c)
+{
+    unsigned char *p = malloc(n);
+    CHECK(p != NULL, "malloc(%zu)", n);
+    memset(p, c, n);
+    return p;
+}
+
+static int intact(const unsigned char *p, size_t n, int c)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)c)
+            return 0;
+    return 1;
+}
+
+static int foreign_case(void)
+{
+    /* The program's blocks: small (glibc) and large (vmapalloc). */
+    unsigned char *small = pattern_block(100, 0x41), *large = pattern_block(3 * MiB, 0x42);
+    CHECK(!vm.owns(small) && vm.owns(large), "small is glibc's, large vmapalloc's");
+    uint64_t before = CTR("foreign_pointers");
+
+    /* glibc blocks must still go to glibc: freed, then their sizes again. */
+    for (size_t a = 32; a <= 2048; a *= 2) {
+        void *p = memalign(a, 200);
+        CHECK(p != NULL && !vm.owns(p), "memalign(%zu, 200) is glibc's", a);
+        free(p);
+    }
+    void *b[16];
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, glibc_blocks, b) == 0, "pthread_create");
+    pthread_join(t, NULL);
+    for (int i = 0; i < 16; i++)
+        free(b[i]);
+    CHECK(CTR("foreign_pointers") == before, "a glibc block was taken for foreign");
+
+    /* The alternate-stack handler. */
+    size_t alt = 64 << 10;
+    void *altstack = malloc(alt);
+    for (int i = 0; i < 8; i++)
+        above[i] = malloc(4000); /* no freed chunk of that size: from the top */
+    CHECK(altstack && !vm.owns(altstack) && (uintptr_t)above[7] > (uintptr_t)altstack,
+          "the alternate stack is a glibc block below the others");
+    stack_t ss = {.ss_sp = altstack, .ss_size = alt};
+    struct sigaction sa = {.sa_handler = free_above, .sa_flags = SA_ONSTACK};
+    CHECK(sigaltstack(&ss, NULL) == 0 && sigaction(SIGUSR1, &sa, NULL) == 0, "sigaltstack");
+    raise(SIGUSR1);
+    CHECK(handler_ran, "the handler ran");
+    ss.ss_flags = SS_DISABLE;
+    sigaltstack(&ss, NULL);
+    CHECK(CTR("foreign_pointers") == before, "a glibc block freed on an alternate stack was "
+          "taken for foreign");
+    free(altstack);
+
+    /* The misuse: left alone, counted, said once. */
+    _Alignas(16) unsigned char local[64];
+    memset(local, 0x43, sizeof local);
+    free(vmt_ptr(local));
+    free(vmt_ptr(static_data));
+    free(vmt_ptr(static_bss));
+    free(vmt_ptr((void *)((uintptr_t)foreign_case & ~(uintptr_t)15)));
+    CHECK(pthread_create(&t, NULL, free_own_stack, NULL) == 0, "pthread_create");
+    pthread_join(t, NULL);
+    errno = 0;
+    void *r = realloc(vmt_ptr(static_data), 4096);
+    CHECK(r == NULL && errno == EINVAL, "realloc of a static address: %p, errno %d", r, errno);
+    CHECK(malloc_usable_size(vmt_ptr(local)) == 0, "malloc_usable_size of a stack address");
+    uint64_t n = CTR("foreign_pointers") - before;
+    CHECK(n == 7, "foreign_pointers grew by %llu, expected 7", (unsigned long long)n);
+
+    /* Nothing was touched: the local array, the static data, the blocks. */
+    CHECK(local[0] == 0x43 && local[63] == 0x43 && static_data[0] == 1, "left alone");
+    CHECK(intact(small, 100, 0x41) && intact(large, 3 * MiB, 0x42), "the blocks are intact");
+    free(small);
+    free(large);
+    for (int i = 0; i < 100; i++)
+        free(pattern_block((size_t)i * 97 + 1, i));
+    printf("bad_free foreign: %llu pointers left alone\n", (unsigned long long)n);
+    return 0;
 }
 
 static int survived(const char *what)
@@ -123,6 +261,8 @@ int main(int argc, char **argv)
         }
         return survived(c);
     }
+    if (strcmp(c, "foreign") == 0)
+        return foreign_case();
     if (strcmp(c, "glibc-ptr") == 0) {
         for (size_t n = 1; n <= 65536; n = n * 3 + 1) {
             void *p = malloc(n);

@@ -5,7 +5,9 @@
 # asserts: killed by SIGABRT (status 134 from sh), stderr is exactly one
 # newline-terminated line that starts with "vmapalloc: " and says
 # "invalid pointer" or "double free".  The glibc-ptr case must exit 0 with an
-# empty stderr, and without the preload the program must refuse to run.
+# empty stderr; the foreign case (stack, static and code addresses freed) must
+# exit 0 with exactly one such line, the count in the exit report; without
+# the preload the program must refuse to run.
 set -u
 
 exe=${1:?usage: bad_free.sh BAD_FREE_EXE}
@@ -72,6 +74,25 @@ st=$?
 if [ "$st" -eq 0 ]; then ok; else fail "glibc-ptr: exit status $st, expected 0"; fi
 if [ ! -s "$tmp/err" ]; then ok; else fail "glibc-ptr: unexpected stderr"; fi
 [ "$st" -eq 0 ] && echo "ok: glibc-ptr: $(cat "$tmp/out")"
+
+# Pointers that are nobody's (stack, static data, code): left alone, one line,
+# counted (the program checks the counter; the report file must show it).
+run_foreign() {
+    (env -u VMTEST_LIB LD_PRELOAD="$lib" VMAPALLOC_STATS="$tmp/report" "$exe" foreign \
+        >"$tmp/out" 2>"$tmp/err" </dev/null) 2>/dev/null
+}
+run_foreign
+st=$?
+if [ "$st" -eq 0 ]; then ok; else fail "foreign: exit status $st, expected 0"; fi
+nl=$(wc -l <"$tmp/err")
+if [ "$nl" -eq 1 ] && grep -q '^vmapalloc: free(): invalid pointer 0x[0-9a-f]* (on this thread.s stack).*left alone' "$tmp/err"; then ok; else
+    fail "foreign: expected exactly one line 'vmapalloc: free(): invalid pointer ... (on this thread's stack) ... left alone'"
+fi
+if grep -q 'foreign pointers left alone 7$' "$tmp/report" 2>/dev/null; then ok; else
+    fail "foreign: the report does not say 'foreign pointers left alone 7'"
+    sed 's/^/  | /' "$tmp/report" 2>/dev/null | head -n 12
+fi
+[ "$st" -eq 0 ] && echo "ok: foreign: $(cat "$tmp/out"); said: $(cat "$tmp/err")"
 
 # Without the preload the program must refuse to run (exit 1, loud).
 run double-free ""
