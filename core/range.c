@@ -529,7 +529,7 @@ static inline unsigned bin_of(uint64_t pages)
 
 static inline unsigned list_of(bool big, unsigned state)
 {
-	return (big ? 5u : 0u) + state;
+	return vmap_run_list(big, state);
 }
 
 static inline uint64_t state_flags(unsigned state)

@@ -180,6 +180,10 @@ struct vmap_pool {
 #define VMAP_FREE_BINS 48
 /* Free-run lists per shard: [big * 5 + run state]. */
 #define VMAP_RUN_LISTS 10
+static inline unsigned vmap_run_list(bool big, unsigned state)
+{
+	return (big ? 5u : 0u) + state;
+}
 
 struct vmap_shard {
 	struct vmap_lock lock;
