@@ -1178,7 +1178,7 @@ int vmap_trim(size_t pad)
 		vmap_depth_enter();
 		vmap_slab_trim();
 		vmap_cache_trim();
-		released = vmap_range_purge(true);
+		released = vmap_range_trim();
 		vmap_depth_leave();
 	}
 	int glibc = vmap_libc.trim(pad);

@@ -365,8 +365,6 @@ static size_t purge(enum purge_mode mode, uint64_t now)
 		if (mode == PURGE_AGE && n < PURGE_MAX_VICTIMS)
 			break;
 	}
-	if (mode == PURGE_ALL)
-		syscalls += sweep_remnants();
 	if (delay)
 		__atomic_store_n(&vmap_purge_next_ns, now + delay, __ATOMIC_RELAXED);
 	uint64_t spent = vmap_os_now_ns() - now;
@@ -460,6 +458,18 @@ size_t vmap_range_purge(bool all)
 	if (!vmap_shards)
 		return 0;
 	return purge(all ? PURGE_ALL : PURGE_PRESSURE, vmap_os_now_ns());
+}
+
+size_t vmap_range_trim(void)
+{
+	if (!vmap_shards)
+		return 0;
+	size_t bytes = purge(PURGE_ALL, vmap_os_now_ns());
+	vmap_lock(&vmap_purge_lock, VMAP_RANK_PURGE);
+	unsigned calls = sweep_remnants();
+	vmap_unlock(&vmap_purge_lock, VMAP_RANK_PURGE);
+	vmap_stat_add_cpu(vmap_os_cpu(), VMAP_STAT_purge_syscalls, calls);
+	return bytes;
 }
 
 void vmap_purge_fork_prepare(void)

@@ -39,6 +39,9 @@ void *vmap_range_move(void *p, size_t size, bool *moved);
 int vmap_move_undo(void *p, void *q, size_t len);
 bool vmap_range_owns(const void *p);
 size_t vmap_range_purge(bool all);
+/* malloc_trim: everything cached purged, then huge-page remnants swept from
+ * the free runs (purge.c, F18).  Bytes purged. */
+size_t vmap_range_trim(void);
 void vmap_range_fork_prepare(void);
 void vmap_range_fork_parent(void);
 void vmap_range_fork_child(void);

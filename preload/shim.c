@@ -117,7 +117,7 @@ EXPORT void vmapalloc_reset_peaks(void)
 EXPORT size_t vmapalloc_purge(void)
 {
 	vmap_init();
-	return vmap_range_purge(true);
+	return vmap_range_trim();
 }
 
 EXPORT int vmapalloc_stats_print(int fd, int format)

@@ -523,6 +523,32 @@ Test(purge, big_areas_purge_and_merge_too)
 	cr_assert(zero && all_zero(q, 3 * MiB));
 }
 
+/* malloc_trim drops pages resident in zero runs of chunks that stay (F18):
+ * a huge page an area faulted reaches past its end, and the area's purge
+ * frees only its own range.  Simulated with zero bytes written into the run. */
+Test(purge, trim_drops_pages_left_resident_in_zero_runs)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	void *a = alloc_ok(MiB), *keep = alloc_ok(MiB); /* keep: the chunk does not go back */
+	memset(a, 7, MiB);
+	vmap_range_free(a, "free");
+	vmap_range_purge(true);
+	memset(a, 0, 64 * 1024); /* resident, reading zero: what a split huge page leaves */
+	unsigned char vec[16];
+	cr_assert_eq(mincore(a, sizeof vec * 4096, vec), 0);
+	cr_assert_eq(vec[0] & 1, 1);
+	vmap_range_purge(true);
+	cr_assert_eq(mincore(a, sizeof vec * 4096, vec), 0);
+	cr_assert_eq(vec[0] & 1, 1, "a purge does not look at zero runs");
+	vmap_range_trim();
+	cr_assert_eq(mincore(a, sizeof vec * 4096, vec), 0);
+	for (unsigned i = 0; i < sizeof vec; i++)
+		cr_assert_eq(vec[i] & 1, 0, "page %u still resident after the trim", i);
+	cr_assert(all_zero(a, MiB));
+	vmap_range_free(keep, "free");
+}
+
 /* The protection /proc/self/maps gives the page at a ("rw-p", "---p"). */
 static void maps_perms(uintptr_t a, char out[5])
 {
