@@ -1338,6 +1338,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	 * there when it is free arena space, else the kernel's), or a new served
 	 * mapping. */
 	void *q;
+	bool from_kernel = false; /* q is a fresh mapping of the kernel's */
 	if (flags & MREMAP_FIXED) {
 		if (!overlaps_arena(d, d + nl))
 			return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
@@ -1354,6 +1355,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 			count(VMAP_STAT_mmap_passed, 1);
 			q = vmap_os_mmap(NULL, nl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 					 -1, 0);
+			from_kernel = true;
 		}
 		if (vmap_os_is_err(q))
 			return q;
@@ -1374,7 +1376,20 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	bool locked = locked_in(r, p.head, st, a, moved);
 	if (locked || !kernel_has_dontunmap())
 		how &= ~MREMAP_DONTUNMAP;
-	void *m = vmap_os_mremap(old, moved, moved, how, q);
+	void *m;
+	if (from_kernel && nl > moved) {
+		/* The arena could not serve (full, or a chunk it could not
+		 * commit): pages moved into the head of the kernel's mapping
+		 * would stay a VMA of their own (their old page offset), and a
+		 * later mremap of the whole would fail with EFAULT where the
+		 * kernel's own grow leaves one VMA.  Copied instead (rare). */
+		if (st & VMAP_TAG_ATTR)
+			vmap_os_mprotect(old, moved, PROT_READ | PROT_WRITE);
+		memcpy(q, old, moved);
+		m = (void *)(intptr_t)-ENOMEM; /* not moved: the pages are copies */
+		goto copied;
+	}
+	m = vmap_os_mremap(old, moved, moved, how, q);
 	if (!vmap_os_is_err(m) && !(how & MREMAP_DONTUNMAP))
 		vmap_os_map_fresh(old, moved);
 	if (vmap_os_is_err(m)) {
@@ -1396,6 +1411,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 		}
 		memcpy(q, old, moved);
 	}
+copied:
 	/* The moved pages carry their VMAs' attributes; copied or added pages
 	 * are given them. */
 	inherit_attrs(r, st, p.head, a, moved, (uintptr_t)q, nl, vmap_os_is_err(m) ? 0 : moved);
