@@ -1377,12 +1377,16 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	if (locked || !kernel_has_dontunmap())
 		how &= ~MREMAP_DONTUNMAP;
 	void *m;
-	if (from_kernel && nl > moved) {
+	if ((from_kernel && nl > moved) || (!locked && !vmap_moves_allowed())) {
 		/* The arena could not serve (full, or a chunk it could not
 		 * commit): pages moved into the head of the kernel's mapping
 		 * would stay a VMA of their own (their old page offset), and a
 		 * later mremap of the whole would fail with EFAULT where the
-		 * kernel's own grow leaves one VMA.  Copied instead (rare). */
+		 * kernel's own grow leaves one VMA.  Copied instead (rare).
+		 * Copied too past the budget of VMAs moves may leave (range.c:
+		 * a quarter of vm.max_map_count for all of vmapalloc; F20: a
+		 * soak's mremaps of served memory, never counted, reached the
+		 * limit). */
 		if (st & VMAP_TAG_ATTR)
 			vmap_os_mprotect(old, moved, PROT_READ | PROT_WRITE);
 		memcpy(q, old, moved);
@@ -1392,6 +1396,8 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	m = vmap_os_mremap(old, moved, moved, how, q);
 	if (!vmap_os_is_err(m) && !(how & MREMAP_DONTUNMAP))
 		vmap_os_map_fresh(old, moved);
+	if (!vmap_os_is_err(m) && !from_kernel)
+		vmap_moves_count(a, (uintptr_t)q);
 	if (vmap_os_is_err(m)) {
 		/* Nothing moved (kernels without MREMAP_DONTUNMAP; before 6.17 a
 		 * range of several VMAs), or, near the VMA limit, some pieces did

@@ -282,7 +282,8 @@ void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t 
 			 unsigned state, bool big, uint64_t stamp);
 void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t);
 void vmap_unguard(uintptr_t a, uint64_t pages);
-void vmap_unprotect(uintptr_t a, uint64_t pages);
+/* 0, or -errno: the pages could not be made writable (they stay PROT_NONE). */
+int vmap_unprotect(uintptr_t a, uint64_t pages);
 extern int vmap_protected_runs;
 /* Carves `pages` pages (all of them usable when tag has VMAP_TAG_MMAP) with
  * the shard lock held on entry; releases it.  *zero: contents known zero. */
@@ -296,6 +297,11 @@ void vmap_range_flush_cached(void);
  * to the arena, for any shard to claim (F9).  Shard lock held; takes the
  * global lock (a higher rank) only when there is a whole chunk to give. */
 void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
+/* Page moves with mremap (realloc, and the program's mremap of served
+ * memory) leave VMAs that never merge: whether one more fits the budget,
+ * and counting one made from `from` to `to` (range.c: vmap_moves). */
+bool vmap_moves_allowed(void);
+void vmap_moves_count(uintptr_t from, uintptr_t to);
 /* How many VMAs vmapalloc may add of its own: a quarter of vm.max_map_count. */
 uint64_t vmap_vma_budget(void);
 /* Claims the unclaimed chunk holding a for shard s, as zero free space. */

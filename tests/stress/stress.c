@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -228,6 +229,20 @@ static void *worker(void *arg)
 }
 
 /* A "Name:   N kB" line of /proc/self/status, in KiB (0 if absent). */
+/* A crash names its address and thread before dying by the same signal (a
+ * core dump, where enabled, has the rest). */
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	char line[128];
+	int n = snprintf(line, sizeof line, "stress: signal %d at address %p (thread %ld)\n", sig,
+			 si->si_addr, (long)gettid());
+	if (write(2, line, (size_t)n) < 0)
+		_exit(99);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 /* The mappings with more than min_kib resident, from /proc/self/smaps (the
  * failure's diagnosis: whose pages stayed). */
 static void show_resident(unsigned long min_kib)
@@ -237,15 +252,19 @@ static void show_resident(unsigned long min_kib)
 		return;
 	int (*owns)(const void *) = (int (*)(const void *))dlsym(RTLD_DEFAULT, "vmapalloc_owns");
 	char line[512], head[512] = "";
-	unsigned long lo = 0, in_arena = 0, other = 0;
+	unsigned long lo = 0, hi = 0, in_arena = 0, other = 0;
 	while (fgets(line, sizeof line, f)) {
 		unsigned long kib;
 		/* "7f12...-7f13... rw-p ..." heads a mapping; fields are "Rss: ..." */
 		if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f')) {
 			snprintf(head, sizeof head, "%s", line);
-			lo = strtoul(line, NULL, 16);
+			char *dash;
+			lo = strtoul(line, &dash, 16);
+			hi = strtoul(dash + 1, NULL, 16);
 		} else if (sscanf(line, "Rss: %lu kB", &kib) == 1) {
-			bool ours = owns && owns((void *)lo);
+			/* (The last page: a small mapping of ours can merge in front
+			 * of the arena's first chunk.) */
+			bool ours = owns && (owns((void *)lo) || owns((void *)(hi - 1)));
 			*(ours ? &in_arena : &other) += kib;
 			if (kib > min_kib)
 				fprintf(stderr, "  %8lu KiB  %s%s", kib, ours ? "(vmapalloc's arena) " : "", head);
@@ -279,6 +298,9 @@ int main(int argc, char **argv)
 	double seconds = argc > 2 ? atof(argv[2]) : 5;
 	if (argc > 3)
 		max_size = strtoull(argv[3], NULL, 0);
+	struct sigaction sa = {.sa_sigaction = on_fault, .sa_flags = SA_SIGINFO};
+	sigaction(SIGSEGV, &sa, NULL);
+	sigaction(SIGBUS, &sa, NULL);
 	counter_get = (int (*)(const char *, uint64_t *))dlsym(RTLD_DEFAULT, "vmapalloc_counter_get");
 	uint64_t blocks0 = 0;
 	if (counter_get)

@@ -565,10 +565,9 @@ static void maps_perms(uintptr_t a, char out[5])
 	fclose(f);
 }
 
-/* A chunk going back to the arena is mapped afresh, PROT_NONE as reserved:
- * no advice, no commit charge, no VMA of a realloc move left; the next claim
- * makes it writable again (F17). */
-Test(purge, a_chunk_given_back_is_mapped_afresh_and_claimed_writable)
+/* A chunk going back to the arena is mapped afresh, read-write: no advice,
+ * no page resident, no VMA of a realloc move left (F17, F20). */
+Test(purge, a_chunk_given_back_is_mapped_afresh)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_RESERVE=256M", "VMAPALLOC_HUGEPAGE=1",
@@ -587,7 +586,7 @@ Test(purge, a_chunk_given_back_is_mapped_afresh_and_claimed_writable)
 	vmap_range_purge(true);
 	cr_assert_eq(r->chunk_owner[bc], 0, "no advice kept: the mapping is new");
 	maps_perms(c0, perms);
-	cr_assert_str_eq(perms, "---p");
+	cr_assert_str_eq(perms, "rw-p");
 	unsigned char vec[4];
 	cr_assert_eq(mincore((void *)c0, 4 * 4096, vec), 0);
 	cr_assert_eq(vec[0] & 1, 0, "nothing resident");
@@ -614,10 +613,10 @@ Test(purge, a_big_chunk_given_back_goes_to_small_blocks_last_and_unadvised)
 	cr_assert(tag_of(b) & VMAP_TAG_BIG);
 	struct vmap_region *r = vmap_region_of((uintptr_t)b);
 	size_t bc = ((uintptr_t)b - r->base) >> VMAP_CHUNK_SHIFT;
-	fake_fail_always(FAKE_MMAP, ENOMEM); /* the chunk is not mapped afresh */
+	fake_fail_always(FAKE_MAP_FRESH, ENOMEM); /* the chunk is not mapped afresh */
 	vmap_range_free(b, "free");
 	vmap_range_purge(true);
-	fake_fail_clear(FAKE_MMAP);
+	fake_fail_clear(FAKE_MAP_FRESH);
 	cr_assert_eq(r->chunk_owner[bc], VMAP_CHUNK_WAS_BIG, "owner %#x", r->chunk_owner[bc]);
 	/* 30 MiB small blocks, two per chunk: the three other chunks first. */
 	void *s[7];
