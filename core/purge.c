@@ -319,10 +319,18 @@ static unsigned sweep_remnants(void)
 			for (uint64_t mask = s->free_bin_mask[li]; mask; mask &= mask - 1) {
 				unsigned b = (unsigned)__builtin_ctzll(mask);
 				for (uintptr_t a = s->free_bin[li][b]; a;) {
-					struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
-					iov[n++] = (struct iovec){(void *)a,
-								  (size_t)vmap_tag_pages(e->tag) << VMAP_PAGE_SHIFT};
-					if (n == PURGE_MAX_VICTIMS) {
+					struct vmap_region *r = vmap_region_of(a);
+					struct vmap_pte *e = vmap_pte_of(r, a);
+					uint64_t pages = vmap_tag_pages(e->tag);
+					iov[n++] = (struct iovec){(void *)a, (size_t)pages << VMAP_PAGE_SHIFT};
+					/* The run's own page-table entries but its head and
+					 * tail are unused (tags 0, stale links and stamps):
+					 * whole pages of them go too (F21). */
+					uintptr_t lo = ((uintptr_t)(e + 1) + VMAP_PAGE - 1) & ~(uintptr_t)(VMAP_PAGE - 1);
+					uintptr_t hi = (uintptr_t)(e + pages - 1) & ~(uintptr_t)(VMAP_PAGE - 1);
+					if (pages > 2 && hi > lo && n < PURGE_MAX_VICTIMS)
+						iov[n++] = (struct iovec){(void *)lo, hi - lo};
+					if (n >= PURGE_MAX_VICTIMS - 1) {
 						calls += dontneed_all(n);
 						n = 0;
 					}
