@@ -72,11 +72,11 @@ static inline int rel_marked(const void *p, size_t n, uint64_t seed)
 	return c[n - 1] == (unsigned char)(seed * 3 + 1);
 }
 
-/* A numeric field of /proc/self/status ("VmSize:", "VmRSS:"...) in KiB. */
-static inline long rel_status_kb(const char *field)
+/* A numeric "Name:   N kB" field of a /proc file, in KiB; -1 if absent. */
+static inline long rel_file_kb(const char *path, const char *field)
 {
 	char buf[8192];
-	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -86,6 +86,12 @@ static inline long rel_status_kb(const char *field)
 	buf[n] = '\0';
 	char *p = strstr(buf, field);
 	return p ? strtol(p + strlen(field), NULL, 10) : -1;
+}
+
+/* A numeric field of /proc/self/status ("VmSize:", "VmRSS:"...) in KiB. */
+static inline long rel_status_kb(const char *field)
+{
+	return rel_file_kb("/proc/self/status", field);
 }
 
 /* The process's VMAs as vm.max_map_count counts them: the lines of

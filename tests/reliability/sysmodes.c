@@ -29,32 +29,12 @@
 
 static long meminfo_kb(const char *field)
 {
-	char buf[8192];
-	int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	char *p = strstr(buf, field);
-	return p ? strtol(p + strlen(field), NULL, 10) : -1;
+	return rel_file_kb("/proc/meminfo", field);
 }
 
 static long rollup_kb(const char *field)
 {
-	char buf[8192];
-	int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	char *p = strstr(buf, field);
-	return p ? strtol(p + strlen(field), NULL, 10) : -1;
+	return rel_file_kb("/proc/self/smaps_rollup", field);
 }
 
 static int (*owns)(const void *);
