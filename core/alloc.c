@@ -556,10 +556,7 @@ __attribute__((noinline, cold)) static void foreign(const void *p, int kind, con
 	if (__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
 		return;
 	VMAP_BUF(b, 2, 256);
-	vmap_buf_str(&b, "vmapalloc: ");
-	vmap_buf_str(&b, who);
-	vmap_buf_str(&b, "(): invalid pointer ");
-	vmap_buf_hex(&b, (uintptr_t)p);
+	vmap_buf_invalid_pointer(&b, who, p);
 	vmap_buf_str(&b, " (");
 	vmap_buf_str(&b, what[kind]);
 	vmap_buf_str(&b, "): left alone; such pointers are counted (foreign_pointers), "

@@ -94,6 +94,14 @@ void vmap_buf_hex(struct vmap_buf *b, uint64_t v)
 	vmap_buf_mem(b, tmp + i, (size_t)(18 - i));
 }
 
+void vmap_buf_invalid_pointer(struct vmap_buf *b, const char *who, const void *p)
+{
+	vmap_buf_str(b, "vmapalloc: ");
+	vmap_buf_str(b, who);
+	vmap_buf_str(b, "(): invalid pointer ");
+	vmap_buf_hex(b, (uintptr_t)p);
+}
+
 void vmap_buf_bytes(struct vmap_buf *b, uint64_t v)
 {
 	static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

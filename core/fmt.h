@@ -32,6 +32,8 @@ void vmap_buf_char(struct vmap_buf *b, char c);
 void vmap_buf_u64(struct vmap_buf *b, uint64_t v);
 void vmap_buf_i64(struct vmap_buf *b, int64_t v);
 void vmap_buf_hex(struct vmap_buf *b, uint64_t v); /* 0x... */
+/* "vmapalloc: WHO(): invalid pointer 0x...": how every misuse line starts. */
+void vmap_buf_invalid_pointer(struct vmap_buf *b, const char *who, const void *p);
 /* Bytes in units people read: "512 B", "3.4 KiB", "12.0 MiB", "1.50 GiB". */
 void vmap_buf_bytes(struct vmap_buf *b, uint64_t v);
 /* An integer padded on the left to width w. */

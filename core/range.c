@@ -1234,10 +1234,7 @@ __attribute__((noinline, cold, noreturn)) static void invalid_pointer(const char
 								     uint64_t tag)
 {
 	VMAP_BUF(b, 2, 256);
-	vmap_buf_str(&b, "vmapalloc: ");
-	vmap_buf_str(&b, who);
-	vmap_buf_str(&b, "(): invalid pointer ");
-	vmap_buf_hex(&b, (uintptr_t)p);
+	vmap_buf_invalid_pointer(&b, who, p);
 	unsigned st = vmap_tag_state(tag);
 	if (st == VMAP_ST_CACHED || st == VMAP_ST_PURGING || st == VMAP_ST_FREE)
 		vmap_buf_str(&b, " (double free: the block was already freed)");

@@ -133,10 +133,7 @@ __attribute__((noinline, cold, noreturn)) void vmap_slab_die(const char *who, co
 								     const char *what)
 {
 	VMAP_BUF(b, 2, 256);
-	vmap_buf_str(&b, "vmapalloc: ");
-	vmap_buf_str(&b, who);
-	vmap_buf_str(&b, "(): invalid pointer ");
-	vmap_buf_hex(&b, (uintptr_t)p);
+	vmap_buf_invalid_pointer(&b, who, p);
 	vmap_buf_str(&b, " (");
 	vmap_buf_str(&b, what);
 	vmap_buf_str(&b, ")\n");
