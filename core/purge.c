@@ -265,7 +265,7 @@ static void reinsert(unsigned n, int advice)
 		/* A chunk purged whole is worth more to every shard than to this
 		 * one: after a program frees everything, another CPU may need it
 		 * (F9). */
-		if (state == VMAP_RUN_ZERO)
+		if (state != VMAP_RUN_ADVISED)
 			vmap_chunks_give_back_locked(s, run);
 	}
 	if (s)
@@ -292,6 +292,31 @@ static unsigned dontneed_all(unsigned n)
 }
 
 /*
+ * Whole free chunks in s's zero and guarded runs go back to the arena
+ * (mapped afresh: resident remnants, guard markers and page-table slices
+ * go with them).  A purge gives back the chunks its victims complete; pieces
+ * the program unmapped, which are never victims, can free a whole chunk
+ * without one, and kept it from the other shards and its table slice
+ * resident until the process ended (F22).  Shard lock held.
+ */
+static void give_back_whole(struct vmap_shard *s)
+{
+	enum { MAX = 256 };
+	uintptr_t runs[MAX];
+	unsigned n = 0;
+	unsigned from = (unsigned)__builtin_ctzll(VMAP_CHUNK_PAGES); /* the bin of a chunk */
+	for (unsigned l = 0; l < 4; l++) {
+		unsigned li = vmap_run_list(l & 1, l < 2 ? VMAP_RUN_ZERO : VMAP_RUN_GUARDED);
+		for (unsigned b = from; b < VMAP_FREE_BINS && n < MAX; b++)
+			for (uintptr_t a = s->free_bin[li][b]; a && n < MAX;
+			     a = vmap_pte_of(vmap_region_of(a), a)->next)
+				runs[n++] = a;
+	}
+	for (unsigned k = 0; k < n; k++)
+		vmap_chunks_give_back_locked(s, runs[k]);
+}
+
+/*
  * Huge-page remnants (F18).  A transparent huge page faulted in by an area
  * or a served mapping covers the whole 2 MiB around the area's end, and so
  * reaches into the free run after it; purging the area, or the program's
@@ -314,6 +339,7 @@ static unsigned sweep_remnants(void)
 		struct vmap_shard *s = &vmap_shards[i];
 		unsigned n = 0;
 		vmap_shard_lock(s);
+		give_back_whole(s);
 		for (unsigned l = 0; l < 4; l++) {
 			unsigned li = vmap_run_list(l & 1, l < 2 ? VMAP_RUN_ZERO : VMAP_RUN_GUARDED);
 			for (uint64_t mask = s->free_bin_mask[li]; mask; mask &= mask - 1) {

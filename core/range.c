@@ -356,11 +356,12 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	struct vmap_region *r = vmap_region_of(run);
 	struct vmap_pte *e = vmap_pte_of(r, run);
 	uint64_t t = e->tag, pages = vmap_tag_pages(t);
-	if (pages < VMAP_CHUNK_PAGES || vmap_tag_run_state(t) != VMAP_RUN_ZERO)
+	unsigned state = vmap_tag_run_state(t);
+	if (pages < VMAP_CHUNK_PAGES || (state != VMAP_RUN_ZERO && state != VMAP_RUN_GUARDED))
 		return; /* the common case: one compare */
 	/*
 	 *   run:     [ lead |  chunk  |  chunk  | tail ]
-	 *   kept:    [ lead ]                   [ tail ]   (free runs of s, zero)
+	 *   kept:    [ lead ]                   [ tail ]   (free runs of s, its state)
 	 *   given:          [ owner 0 | owner 0 ]          (tags all 0)
 	 */
 	uintptr_t end = run + (pages << VMAP_PAGE_SHIFT);
@@ -369,12 +370,6 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	if (ce <= cs)
 		return;
 	bool big = t & VMAP_TAG_BIG;
-	uint64_t stamp = e->stamp;
-	vmap_run_take_locked(s, e, t);
-	if (cs > run)
-		vmap_run_set_locked(s, r, run, (cs - run) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, big, stamp);
-	if (end > ce)
-		vmap_run_set_locked(s, r, ce, (end - ce) >> VMAP_PAGE_SHIFT, VMAP_RUN_ZERO, big, stamp);
 	/* The chunks are mapped again, read-write (one call per 64 MiB
 	 * returned, rare; the one system call made under a shard lock).
 	 * Writable, not PROT_NONE as reserved: the arena's writable part stays
@@ -389,12 +384,35 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	 *  - pages still resident in zero runs: a 2 MiB page a block faulted
 	 *    in reaches into them, and purging the block splits it and frees
 	 *    only the block's range (F15);
+	 *  - the guard markers (or PROT_NONE) of pages the program unmapped
+	 *    (a guarded run): from now on they read zero, like every
+	 *    unclaimed chunk, instead of faulting (F22);
 	 *  - MADV_HUGEPAGE: it comes back at the next claim.
-	 * If that fails (the VMA limit), a huge-page chunk's pages are dropped
-	 * and the rest stays as it was. */
+	 * If that fails (the VMA limit), a guarded run stays as it is (its
+	 * markers would go out with the chunk), a huge-page chunk's pages are
+	 * dropped and the rest stays as it was. */
 	bool remapped = vmap_os_map_fresh((void *)cs, ce - cs) == 0;
+	if (!remapped && state == VMAP_RUN_GUARDED)
+		return;
+	uint64_t stamp = e->stamp;
+	vmap_run_take_locked(s, e, t);
+	if (cs > run)
+		vmap_run_set_locked(s, r, run, (cs - run) >> VMAP_PAGE_SHIFT, state, big, stamp);
+	if (end > ce)
+		vmap_run_set_locked(s, r, ce, (end - ce) >> VMAP_PAGE_SHIFT, state, big, stamp);
 	if (!remapped && big)
 		vmap_os_madvise((void *)cs, ce - cs, MADV_DONTNEED);
+	/* The chunks' slices of the page table and of the slab descriptors
+	 * hold nothing now (tags 0, no slab: what a never-used slice reads),
+	 * but stay resident as long as nobody claims them again: 512 KiB a
+	 * chunk, 120 MB per region of 64 GiB after the 30-minute soak (F22). */
+	size_t first = (cs - r->base) >> VMAP_CHUNK_SHIFT, n = (ce - cs) >> VMAP_CHUNK_SHIFT;
+	size_t each = VMAP_CHUNK_PAGES * sizeof(struct vmap_pte);
+	vmap_os_madvise((char *)r->pt + first * each, n * each, MADV_DONTNEED);
+	struct vmap_slab *slabs = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
+	if (slabs)
+		vmap_os_madvise((char *)slabs + first * r->slabs_each, n * r->slabs_each,
+				MADV_DONTNEED);
 	/* Rank GLOBAL under rank SHARD: the order chunks_acquire's callers never
 	 * invert (they hold no shard lock while they take the global one). */
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
@@ -599,11 +617,32 @@ void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 		cached_add(s, -(pages << VMAP_PAGE_SHIFT));
 }
 
-/* Runs merge only within one shard, one kind, and one state. */
+/* Whether runs in states a and b merge: when they are the same, and zero
+ * with guarded (into a guarded run).  Both are unused address space with no
+ * page resident; carving from a guarded run removes the markers of what it
+ * takes (MADV_GUARD_REMOVE, or mprotect on older kernels), which on pages
+ * that have none costs a walk of the range.  Kept apart, the pieces the
+ * program unmapped and the purged blocks between them cut the address space
+ * into runs too small for the next large request: a 32-thread soak left
+ * 62 GiB of guarded and 11 GiB of zero runs after 150 s, mostly 4-8 MiB
+ * pieces of huge-page chunks that no 8 MiB block fitted, and claimed new
+ * address space instead, 14 regions of 64 GiB in 30 minutes (F22). */
+static inline bool states_merge(unsigned a, unsigned b)
+{
+	return a == b || (a == VMAP_RUN_ZERO && b == VMAP_RUN_GUARDED) ||
+	       (a == VMAP_RUN_GUARDED && b == VMAP_RUN_ZERO);
+}
+
+static unsigned merged_state(unsigned a, unsigned b)
+{
+	return a == b ? a : VMAP_RUN_GUARDED;
+}
+
+/* Runs merge only within one shard and one kind (and states_merge). */
 static bool run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state)
 {
 	return vmap_tag_shard(t) == shard && !!(t & VMAP_TAG_BIG) == big &&
-	       vmap_tag_run_state(t) == state;
+	       states_merge(vmap_tag_run_state(t), state);
 }
 
 uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
@@ -623,6 +662,7 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 			uint64_t lp = vmap_tag_pages(lt);
 			uintptr_t ls = start - (lp << VMAP_PAGE_SHIFT);
 			struct vmap_pte *le = vmap_pte_of(r, ls);
+			state = merged_state(state, vmap_tag_run_state(le->tag));
 			vmap_run_take_locked(s, le, le->tag);
 			start = ls;
 			pages += lp;
@@ -634,6 +674,7 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 		struct vmap_pte *re = vmap_pte_of(r, end);
 		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED);
 		if (vmap_tag_state(rt) == VMAP_ST_FREE && run_mergeable(rt, s->id, big, state)) {
+			state = merged_state(state, vmap_tag_run_state(rt));
 			vmap_run_take_locked(s, re, rt);
 			pages += vmap_tag_pages(rt);
 		}
@@ -691,11 +732,14 @@ static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, siz
  * dirty runs (resident: one mprotect), guarded ones before fresh memory
  * (one madvise, then faults like fresh memory, but no new address space).
  * *state is the run's state; the area's kind is the run's (*big); *resident
- * how many of its pages were resident (cached).  With resident_only, only
- * the lists that need no page fault (dirty, protected).
+ * how many of its pages were resident (cached); *unguard how many pages
+ * after those to unguard (an area that starts in a resident run and ends in a
+ * guarded one).  With resident_only, only the lists that need no page fault
+ * (dirty, protected).
  */
 static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
-			      unsigned *state_out, uint64_t *resident_out, bool resident_only)
+			      unsigned *state_out, uint64_t *resident_out, uint64_t *unguard_out,
+			      bool resident_only)
 {
 	const bool k = *big;
 	const unsigned order[9] = {
@@ -710,6 +754,7 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 	for (int i = 0; i < (resident_only ? 4 : 9) && !found; i++)
 		found = run_find(s, order[i], pages, align);
 	*resident_out = 0;
+	*unguard_out = 0;
 	if (!found)
 		return 0;
 	struct vmap_region *r = vmap_region_of(found);
@@ -717,7 +762,8 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 	uint64_t t = e->tag, m = vmap_tag_pages(t), stamp = e->stamp;
 	unsigned state = vmap_tag_run_state(t);
 	bool kind = t & VMAP_TAG_BIG;
-	if (state == VMAP_RUN_ZERO && align <= VMAP_PAGE && found > r->base) {
+	if ((state == VMAP_RUN_ZERO || state == VMAP_RUN_GUARDED) && align <= VMAP_PAGE &&
+	    found > r->base) {
 		/* Fresh memory right after a resident run too small for the
 		 * request (else it would have been found): the area starts in
 		 * the resident run and takes from the fresh one only what is
@@ -737,7 +783,9 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 			uint64_t fresh = pages - lp;
 			if (m > fresh)
 				vmap_run_set_locked(s, r, found + (fresh << VMAP_PAGE_SHIFT), m - fresh,
-						    VMAP_RUN_ZERO, kind, stamp);
+						    state, kind, stamp);
+			/* The fresh part of a guarded run may hold markers. */
+			*unguard_out = state == VMAP_RUN_GUARDED ? fresh : 0;
 			*state_out = VMAP_RUN_DIRTY; /* contents: not known zero */
 			*resident_out = lp;
 			*big = kind;
@@ -1029,7 +1077,8 @@ static void pools_to_runs_locked(struct vmap_shard *s)
 /* Publishes the area carved at a from s's runs (shard lock held on entry,
  * released) and does what its former state asks. */
 static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint64_t pages,
-			  bool kind, unsigned state, uint64_t resident, bool *zero, uint64_t tag)
+			  bool kind, unsigned state, uint64_t resident, uint64_t unguard, bool *zero,
+			  uint64_t tag)
 {
 	struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 	__atomic_store_n(&e->tag,
@@ -1039,6 +1088,8 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 	*zero = state == VMAP_RUN_ZERO || state == VMAP_RUN_GUARDED;
 	if (state == VMAP_RUN_GUARDED)
 		vmap_unguard(a, pages);
+	if (unguard) /* the part after a resident start (carve_locked) */
+		vmap_unguard(a + (resident << VMAP_PAGE_SHIFT), unguard);
 	if (state == VMAP_RUN_PROTECTED && vmap_unprotect(a, pages)) {
 		/* Still PROT_NONE (at vm.max_map_count neither mprotect nor a
 		 * fresh mapping can split the VMA): never handed out, kept out
@@ -1075,7 +1126,8 @@ static uintptr_t carve_resident_locked(struct vmap_shard *s, bool *kind, uint64_
 {
 	if (!*kind && !vmap_guard_on && !run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
 		pools_to_runs_locked(s); /* (with guards, pooled areas carry markers: kept whole) */
-	return carve_locked(s, kind, pages, align, state, resident, true);
+	uint64_t unguard; /* (resident runs only: always 0) */
+	return carve_locked(s, kind, pages, align, state, resident, &unguard, true);
 }
 
 /* pages: the whole area; tag: VMAP_TAG_MMAP for the program's mmap (no guard
@@ -1099,7 +1151,7 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	bool kind = big;
 	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state, &resident);
 	if (a)
-		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
+		return carve_finish(s, cpu, a, pages, kind, state, resident, 0, zero, tag);
 	if (vmap_nshards > 1) {
 		/* Bounded on many-CPU machines: the next STEAL_SCAN shards are
 		 * looked at (one cache line each), STEAL_TRIES of them locked. */
@@ -1117,7 +1169,7 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 			a = carve_resident_locked(o, &kind, pages, align, &state, &resident);
 			if (a) {
 				vmap_stat_add_cpu(cpu, VMAP_STAT_run_steals, 1);
-				return carve_finish(o, cpu, a, pages, kind, state, resident, zero, tag);
+				return carve_finish(o, cpu, a, pages, kind, state, resident, 0, zero, tag);
 			}
 			vmap_shard_unlock(o);
 		}
@@ -1125,9 +1177,11 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
 		kind = big;
-		a = carve_locked(s, &kind, pages, align, &state, &resident, false);
+		uint64_t unguard;
+		a = carve_locked(s, &kind, pages, align, &state, &resident, &unguard, false);
 		if (a)
-			return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
+			return carve_finish(s, cpu, a, pages, kind, state, resident, unguard, zero,
+					    tag);
 		vmap_shard_unlock(s);
 		if (attempt == 1)
 			vmap_range_purge(true); /* arena full: give everything back, retry */
@@ -1789,7 +1843,9 @@ void vmap_range_check(void)
 			}
 			bool big = t & VMAP_TAG_BIG;
 			unsigned rs = vmap_tag_run_state(t);
-			uint64_t key = (uint64_t)sh * VMAP_RUN_LISTS + list_of(big, rs);
+			/* (zero and guarded runs merge too: states_merge) */
+			unsigned ms = rs == VMAP_RUN_GUARDED ? VMAP_RUN_ZERO : rs;
+			uint64_t key = (uint64_t)sh * VMAP_RUN_LISTS + list_of(big, ms);
 			if (st == VMAP_ST_FREE) {
 				if (prev_free == key)
 					check_fail("two adjacent free runs were not merged", a);

@@ -293,9 +293,10 @@ bool vmap_range_is_metadata(uintptr_t a, uintptr_t e);
 bool vmap_range_guard_on(void);
 /* Drains this thread's cache and every shard's pools into free runs. */
 void vmap_range_flush_cached(void);
-/* The known-zero free run starting at run: the whole chunks it covers go back
- * to the arena, for any shard to claim (F9).  Shard lock held; takes the
- * global lock (a higher rank) only when there is a whole chunk to give. */
+/* The zero or guarded free run starting at run: the whole chunks it covers
+ * go back to the arena, mapped afresh, for any shard to claim (F9, F22).
+ * Shard lock held; takes the global lock (a higher rank) only when there is
+ * a whole chunk to give. */
 void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
 /* Page moves with mremap (realloc, and the program's mremap of served
  * memory) leave VMAs that never merge: whether one more fits the budget,

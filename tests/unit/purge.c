@@ -10,7 +10,13 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "fake_os.h"
+#include "mmap.h"
+
+#ifndef MADV_GUARD_REMOVE
+#define MADV_GUARD_REMOVE 103
+#endif
 
 #define A64K (64 * KiB)                    /* 16 pages + guard = 17 */
 #define AREA64K ((int64_t)(17 * VMAP_PAGE)) /* the area of a 64 KiB block */
@@ -509,10 +515,17 @@ Test(purge, big_areas_purge_and_merge_too)
 	fake_batch_mode(FAKE_BATCH_EMULATE);
 	cr_assert_eq(vmap_range_purge(true), 4 * area);
 	struct fake_range r[8];
-	cr_assert_eq(fake_advised(MADV_DONTNEED, r, 8), runs);
+	unsigned n = fake_advised(MADV_DONTNEED, r, 8), in_arena = 0;
 	/* Areas (and any gaps) merged into the whole chunk, which went back to
-	 * the arena (marked with its kind); the next claim takes it again. */
+	 * the arena (marked with its kind); the next claim takes it again.  Its
+	 * slice of the page table was dropped too: the one range outside. */
 	struct vmap_region *reg = vmap_region_of((uintptr_t)p[0]);
+	for (unsigned i = 0; i < n; i++)
+		in_arena += r[i].addr - reg->base < reg->size;
+	cr_assert_eq(in_arena, runs);
+	cr_assert_eq(n, runs + 1);
+	cr_assert_eq(r[n - 1].addr, (uintptr_t)vmap_pte_of(reg, (uintptr_t)p[0] & ~(VMAP_CHUNK - 1)));
+	cr_assert_eq(r[n - 1].len, VMAP_CHUNK_PAGES * sizeof(struct vmap_pte));
 	uint16_t owner = reg->chunk_owner[((uintptr_t)p[0] - reg->base) >> VMAP_CHUNK_SHIFT];
 	cr_assert(vmap_chunk_is_free(owner));
 	cr_assert_eq(owner, big ? VMAP_CHUNK_WAS_BIG : 0);
@@ -651,4 +664,108 @@ Test(purge, purge_covers_every_shard)
 	for (unsigned s = 0; s < 3; s++)
 		cr_assert_eq(vmap_shards[s].cached_bytes, 0, "shard %u", s);
 	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0);
+}
+
+/* The whole allocator, as the preload starts it (the program's mmap needs
+ * it), with the options of env. */
+static void facade_setup(const char *const *env)
+{
+	for (; *env; env++)
+		cr_assert_eq(putenv((char *)*env), 0);
+	vmap_init();
+	cr_assert(vmap_range_ready(), "the arena could be reserved");
+}
+
+/* The program's own mapping of len bytes, served from the arena. */
+static void *served(size_t len)
+{
+	void *m = vmap_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert(!vmap_os_is_err(m), "vmap_mmap(%zu) failed", len);
+	cr_assert(tag_of(m) & VMAP_TAG_MMAP, "not served from the arena");
+	return m;
+}
+
+/* Zero runs and guarded runs (pages the program unmapped) merge, into a
+ * guarded run, and an area carved from it is made usable, zero-filled, over
+ * its whole length (F22: kept apart, they cut the address space into pieces
+ * too small for the next large request). */
+Test(purge, zero_and_guarded_runs_merge_and_are_reused_as_one)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
+	facade_setup(env);
+	void *a = alloc_ok(A64K);
+	char *m = served(A64K);
+	void *keep = alloc_ok(A64K); /* the chunk does not go back */
+	cr_assert_eq(m, (char *)a + AREA64K, "the mapping follows the block");
+	memset(a, 1, A64K);
+	memset(m, 2, A64K);
+	vmap_range_free(a, "free");
+	cr_assert_eq(vmap_munmap(m, A64K), 0);
+	vmap_range_purge(true); /* a: zero; m: lazily unmapped, now guarded */
+	uint64_t t = tag_of(a);
+	cr_assert_eq(vmap_tag_state(t), VMAP_ST_FREE);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
+	cr_assert_eq(vmap_tag_pages(t), 17 + 16, "one run over the block and the mapping");
+	cr_assert_eq(tag_of(m), 0);
+	fake_reset();
+	bool zero = false;
+	char *p = vmap_range_alloc(32 * 4096, VMAP_PAGE, &zero);
+	cr_assert_eq(p, (char *)a, "the merged run is reused whole");
+	cr_assert(zero);
+	struct fake_range r[8];
+	if (vmap_guard_markers()) {
+		cr_assert_eq(fake_advised(MADV_GUARD_REMOVE, r, 8), 1);
+		cr_assert_eq(r[0].addr, (uintptr_t)p);
+		cr_assert_eq(r[0].len, 33 * 4096);
+	}
+	cr_assert(all_zero(p, 32 * 4096));
+	memset(p, 3, 32 * 4096); /* writable over the part that was unmapped */
+	vmap_range_free(p, "free");
+	vmap_range_free(keep, "free");
+	vmap_range_check();
+}
+
+/* A chunk that holds nothing but zero runs and pieces the program unmapped
+ * goes back to the arena at the trim, mapped afresh (no marker left, pages
+ * and its page-table slice dropped); where it cannot be mapped afresh it stays
+ * guarded, claimed (F22). */
+Test(purge, a_guarded_chunk_goes_back_at_the_trim)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_LAZY_MAX=4M", "VMAPALLOC_CACHE=0", NULL};
+	facade_setup(env);
+	char *m = served(8 * MiB); /* > LAZY_MAX / 4: unmapped with markers, not lazily */
+	struct vmap_region *r = vmap_region_of((uintptr_t)m);
+	uintptr_t c0 = (uintptr_t)m & ~(uintptr_t)(VMAP_CHUNK - 1);
+	size_t ci = (c0 - r->base) >> VMAP_CHUNK_SHIFT;
+	cr_assert_eq((uintptr_t)m, c0, "the first mapping starts the chunk");
+	memset(m, 5, 8 * MiB);
+	cr_assert_eq(vmap_munmap(m, 8 * MiB), 0);
+	uint64_t t = tag_of(m);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
+	cr_assert_eq(vmap_tag_pages(t), VMAP_CHUNK_PAGES, "merged with the chunk's zero rest");
+	cr_assert(!vmap_chunk_is_free(r->chunk_owner[ci]), "an unmap gives nothing back");
+	vmap_range_purge(true);
+	cr_assert(!vmap_chunk_is_free(r->chunk_owner[ci]), "nor does a purge with no victim there");
+	/* The system refuses the fresh mapping: the run keeps its markers. */
+	fake_fail_next(FAKE_MAP_FRESH, 1, ENOMEM);
+	vmap_range_trim();
+	cr_assert(!vmap_chunk_is_free(r->chunk_owner[ci]));
+	cr_assert_eq(vmap_tag_run_state(tag_of(m)), VMAP_RUN_GUARDED);
+	cr_assert_eq(ctr(VMAP_STAT_chunks_returned), 0);
+	fake_fail_clear(FAKE_MAP_FRESH);
+	vmap_range_trim();
+	cr_assert(vmap_chunk_is_free(r->chunk_owner[ci]));
+	unsigned char vec[1]; /* (before tag_of reads it: the zero page would count) */
+	cr_assert_eq(mincore(vmap_pte_of(r, c0), 4096, vec), 0);
+	cr_assert_eq(vec[0] & 1, 0, "the chunk's page-table slice is not resident");
+	cr_assert_eq(tag_of(m), 0);
+	cr_assert_eq(ctr(VMAP_STAT_chunks_returned), 1);
+	cr_assert_eq(vmap_shards[0].free_pages[vmap_run_list(false, VMAP_RUN_GUARDED)], 0);
+	char perms[5];
+	maps_perms(c0, perms);
+	cr_assert_str_eq(perms, "rw-p");
+	cr_assert(all_zero(m, 8 * MiB), "no marker left: reads zero");
+	vmap_range_check();
 }
