@@ -415,6 +415,14 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 		}
 		file_full(h, d); /* cannot happen: a partial slab has a free object */
 	}
+	if ((d = h->spare[c]) != NULL) {
+		h->spare[c] = NULL;
+		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+		if (!d->free && d->bump < d->cap)
+			carve(d);
+		h->cur[c] = d;
+		return d;
+	}
 	while ((d = adopt(h, c)) != NULL) {
 		if (!d->free && d->bump < d->cap)
 			carve(d);
@@ -429,6 +437,28 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 	return d;
 }
 
+/*
+ * A slab of the owner's that became empty: kept back as the class's spare if
+ * it has none (and its slabs are at most 256 KiB), else retired.  A program
+ * that keeps N blocks of a class live and frees them in the order it made
+ * them (a FIFO: queues, sliding windows) empties one slab every cap
+ * allocations; retiring each at once made the next allocation ask the range
+ * allocator for a new slab and carve it again: 8 KiB pages in a window of 64,
+ * 4 KiB blocks cost 273 instructions per malloc/free pair, against 87 for
+ * tcmalloc (callgrind).
+ */
+static void empty_slab(struct vmap_heap *h, struct vmap_slab *d)
+{
+	unsigned c = d->cls;
+	if (h->spare[c] || slab_bytes(c) > (256u << 10)) {
+		retire(d);
+		return;
+	}
+	__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED); /* (on no list) */
+	d->next = d->prev = NULL;
+	h->spare[c] = d;
+}
+
 /* An owner's free made d non-full, or empty. */
 __attribute__((noinline)) void vmap_slab_owner_free_slow(struct vmap_heap *h, struct vmap_slab *d)
 {
@@ -436,14 +466,14 @@ __attribute__((noinline)) void vmap_slab_owner_free_slow(struct vmap_heap *h, st
 	if (d->state == SLAB_FULL) {
 		list_unlink(&h->full[c], d);
 		if (d->used == 0) {
-			retire(d);
+			empty_slab(h, d);
 			return;
 		}
 		__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
 		list_push(&h->partial[c], d);
 	} else if (d->used == 0 && d->state == SLAB_PARTIAL) {
 		list_unlink(&h->partial[c], d);
-		retire(d);
+		empty_slab(h, d);
 	}
 }
 
@@ -479,6 +509,10 @@ static void heap_abandon(struct vmap_heap *h)
 					      h->partial[c], h->full[c]};
 		h->cur[c] = &vmap_slab_none;
 		h->partial[c] = h->full[c] = NULL;
+		if (h->spare[c]) {
+			retire(h->spare[c]);
+			h->spare[c] = NULL;
+		}
 		for (unsigned l = 0; l < 3; l++) {
 			for (d = lists[l]; d; d = next) {
 				next = l ? d->next : NULL;
@@ -584,6 +618,10 @@ static void trim_own(struct vmap_heap *h)
 {
 	for (unsigned c = 0; c < NCLASSES; c++) {
 		rescan_full(h, c); /* full -> partial or given back */
+		if (h->spare[c]) {
+			retire(h->spare[c]);
+			h->spare[c] = NULL;
+		}
 		struct vmap_slab *d = h->partial[c], *next;
 		for (; d; d = next) {
 			next = d->next;

@@ -112,7 +112,34 @@ Test(slab, empty_slabs_other_than_the_current_go_back, .init = setup)
 	cr_assert_geq(stat_of(VMAP_STAT_slab_bytes), (s1 - s0) * 65536);
 	for (unsigned i = 0; i < N; i++)
 		vmap_free(p[i]);
-	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use) - s0, 1, "only the current slab stays");
+	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use) - s0, 2,
+		      "only the current slab and one spare stay");
+	vmap_slab_trim();
+	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use) - s0, 1, "the trim gives the spare back");
+}
+
+/* A window of live blocks freed in the order they were made (a FIFO) empties
+ * one slab every cap allocations: the empty slab is kept as the class's spare
+ * and reused, instead of going back to the range allocator and a new one
+ * being made and carved for the next allocation. */
+Test(slab, a_fifo_window_reuses_its_slabs, .init = setup)
+{
+	enum { W = 64, N = 20000 }; /* 4 KiB objects: 64 per 256 KiB slab */
+	static void *p[W];
+	int64_t made = 0;
+	for (unsigned i = 0; i < W; i++)
+		p[i] = vmap_malloc(4096);
+	for (unsigned i = 0; i < N; i++) {
+		if (i == 4 * W) /* settled */
+			made = stat_of(VMAP_STAT_slabs_made);
+		void *q = vmap_malloc(4096); /* then the oldest goes */
+		memset(q, (int)i, 4096);
+		vmap_free(p[i % W]);
+		p[i % W] = q;
+	}
+	cr_assert_eq(stat_of(VMAP_STAT_slabs_made), made, "no slab made in the steady state");
+	for (unsigned i = 0; i < W; i++)
+		vmap_free(p[i]);
 }
 
 struct handoff {
