@@ -1060,8 +1060,9 @@ int vmap_munlock(const void *addr, size_t len)
 /* ---- mremap ------------------------------------------------------------------ */
 
 /* Free pages [a, a + bytes) of a run in `state`, just taken for the program:
- * zero-filled and accessible. */
-static void make_usable(uintptr_t a, size_t bytes, unsigned state)
+ * zero-filled and accessible.  0, or -errno: some may still fault (at
+ * vm.max_map_count the VMA cannot be split); no longer counted as cached. */
+static int make_usable(uintptr_t a, size_t bytes, unsigned state)
 {
 	uint64_t pages = bytes >> VMAP_PAGE_SHIFT;
 	if (state == VMAP_RUN_DIRTY) {
@@ -1070,12 +1071,15 @@ static void make_usable(uintptr_t a, size_t bytes, unsigned state)
 	} else if (state == VMAP_RUN_ADVISED) {
 		memset((void *)a, 0, bytes);
 	} else if (state == VMAP_RUN_GUARDED) {
-		vmap_unguard(a, pages);
+		return vmap_unguard(a, pages);
 	} else if (state == VMAP_RUN_PROTECTED) {
 		count(VMAP_STAT_cached_bytes, -(int64_t)bytes);
-		vmap_unprotect(a, pages);
+		int rc = vmap_unprotect(a, pages);
+		if (rc)
+			return rc;
 		memset((void *)a, 0, bytes);
 	}
+	return 0;
 }
 
 /* Grows the served mapping that ends at `end` by `extra` pages into free
@@ -1113,7 +1117,17 @@ static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra
 			 __ATOMIC_RELEASE);
 	vmap_shard_unlock(s);
 	size_t bytes = (size_t)extra << VMAP_PAGE_SHIFT;
-	make_usable(end, bytes, state);
+	if (make_usable(end, bytes, state)) {
+		/* Pages that still fault cannot join the mapping: it keeps its
+		 * size, and they stay out of circulation (as in carve_finish). */
+		vmap_shard_lock(s);
+		__atomic_store_n(&vmap_pte_of(r, p->head)->tag, t, __ATOMIC_RELEASE);
+		__atomic_store_n(&re->tag,
+				 vmap_tag_make(VMAP_ST_FOREIGN, s->id, extra, rt & VMAP_TAG_BIG),
+				 __ATOMIC_RELEASE);
+		vmap_shard_unlock(s);
+		return false;
+	}
 	realize_attrs(end, bytes, last);
 	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)bytes);
 	if (__builtin_expect(vmap_profile_on, 0))
@@ -1207,9 +1221,11 @@ static bool carve_at(uintptr_t d, size_t len)
 			 vmap_tag_make(VMAP_ST_LIVE, s->id, len >> VMAP_PAGE_SHIFT, VMAP_TAG_MMAP),
 			 __ATOMIC_RELEASE);
 	vmap_shard_unlock(s);
+	/* (Failing leaves pages that fault: the kernel's MREMAP_FIXED replaces
+	 * the whole destination anyway.) */
 	for (unsigned i = 0; i < n; i++) {
 		uintptr_t x = run[i].head > d ? run[i].head : d, y = run[i].end < e ? run[i].end : e;
-		make_usable(x, y - x, vmap_tag_run_state(run[i].tag));
+		(void)make_usable(x, y - x, vmap_tag_run_state(run[i].tag));
 	}
 	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)len);
 	return true;

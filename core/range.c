@@ -853,13 +853,16 @@ bool vmap_guard_markers(void)
 	return st > 0;
 }
 
-/* Makes guarded pages (munmap()ed by the program) usable again: zero-filled. */
-void vmap_unguard(uintptr_t a, uint64_t pages)
+/* Makes guarded pages (munmap()ed by the program) usable again: zero-filled.
+ * 0, or -errno: they may still fault (on a kernel without guard markers, at
+ * vm.max_map_count neither mprotect nor a fresh mapping can split the VMA). */
+int vmap_unguard(uintptr_t a, uint64_t pages)
 {
 	size_t len = (size_t)pages << VMAP_PAGE_SHIFT;
-	if (vmap_guard_markers() ? vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE)
-			       : vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE))
-		vmap_os_map_fresh((void *)a, len);
+	if (!(vmap_guard_markers() ? vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE)
+				   : vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE)))
+		return 0;
+	return vmap_os_map_fresh((void *)a, len);
 }
 
 unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
@@ -1086,20 +1089,27 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 			 __ATOMIC_RELEASE);
 	vmap_shard_unlock(s);
 	*zero = state == VMAP_RUN_ZERO || state == VMAP_RUN_GUARDED;
+	int bad = 0;
 	if (state == VMAP_RUN_GUARDED)
-		vmap_unguard(a, pages);
-	if (unguard) /* the part after a resident start (carve_locked) */
-		vmap_unguard(a + (resident << VMAP_PAGE_SHIFT), unguard);
-	if (state == VMAP_RUN_PROTECTED && vmap_unprotect(a, pages)) {
-		/* Still PROT_NONE (at vm.max_map_count neither mprotect nor a
-		 * fresh mapping can split the VMA): never handed out, kept out
-		 * of circulation as foreign space until the program unmaps it
-		 * (F20: a live block with a PROT_NONE page killed the soak). */
+		bad = vmap_unguard(a, pages);
+	if (unguard && !bad) /* the part after a resident start (carve_locked) */
+		bad = vmap_unguard(a + (resident << VMAP_PAGE_SHIFT), unguard);
+	if (state == VMAP_RUN_PROTECTED)
+		bad = vmap_unprotect(a, pages);
+	if (bad) {
+		/* Pages that still fault (at vm.max_map_count neither mprotect
+		 * nor a fresh mapping can split the VMA): never handed out,
+		 * kept out of circulation as foreign space until the program
+		 * unmaps it (F20: a live block with a PROT_NONE page killed the
+		 * soak).  Its resident part is no longer cached. */
 		vmap_shard_lock(s);
 		__atomic_store_n(&e->tag,
 				 vmap_tag_make(VMAP_ST_FOREIGN, s->id, pages, kind ? VMAP_TAG_BIG : 0),
 				 __ATOMIC_RELEASE);
 		vmap_shard_unlock(s);
+		if (resident)
+			vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes,
+					  -(int64_t)(resident << VMAP_PAGE_SHIFT));
 		return NULL;
 	}
 	if (!tag)
@@ -1463,9 +1473,12 @@ bool vmap_range_resize(void *p, size_t size)
 		/* Atomic: a free of the neighbour CASes LIVE to CACHED without
 		 * the lock (either value is not FREE: the same decision). */
 		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED), rp = vmap_tag_pages(rt);
+		/* A guarded neighbour is unguarded first (under the lock: one
+		 * madvise): if that fails, no growth, nothing changed. */
 		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
 		    !!(rt & VMAP_TAG_BIG) == big && pages + rp >= want &&
-		    vmap_tag_run_state(rt) != VMAP_RUN_PROTECTED) {
+		    vmap_tag_run_state(rt) != VMAP_RUN_PROTECTED &&
+		    (vmap_tag_run_state(rt) != VMAP_RUN_GUARDED || !vmap_unguard(end, want - pages))) {
 			uint64_t stamp = re->stamp;
 			unsigned rs = vmap_tag_run_state(rt);
 			vmap_run_take_locked(s, re, rt);
@@ -1476,8 +1489,6 @@ bool vmap_range_resize(void *p, size_t size)
 			if (rs == VMAP_RUN_DIRTY || rs == VMAP_RUN_PROTECTED)
 				vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes,
 						  -(int64_t)(extra << VMAP_PAGE_SHIFT));
-			if (rs == VMAP_RUN_GUARDED)
-				vmap_unguard(end, extra); /* (under the lock: rare) */
 			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
 					 __ATOMIC_RELEASE);
 			done = true;

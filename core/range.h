@@ -281,7 +281,8 @@ struct vmap_shard *vmap_shard_here(unsigned *cpu);
 void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, uint64_t pages,
 			 unsigned state, bool big, uint64_t stamp);
 void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t);
-void vmap_unguard(uintptr_t a, uint64_t pages);
+/* 0, or -errno: the pages may still fault. */
+int vmap_unguard(uintptr_t a, uint64_t pages);
 /* 0, or -errno: the pages could not be made writable (they stay PROT_NONE). */
 int vmap_unprotect(uintptr_t a, uint64_t pages);
 extern int vmap_protected_runs;

@@ -769,3 +769,34 @@ Test(purge, a_guarded_chunk_goes_back_at_the_trim)
 	cr_assert(all_zero(m, 8 * MiB), "no marker left: reads zero");
 	vmap_range_check();
 }
+
+/* A guarded run whose markers cannot be removed (the system refuses both the
+ * madvise and a fresh mapping: vm.max_map_count on a kernel without markers)
+ * is never handed out: the allocation fails cleanly and the pages stay out of
+ * circulation; the next allocation, once the system agrees, works. */
+Test(purge, a_guarded_run_that_cannot_be_unguarded_is_never_handed_out)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_LAZY_MAX=4M", "VMAPALLOC_CACHE=0",
+			     NULL};
+	facade_setup(env);
+	char *m = served(8 * MiB);
+	void *keep = alloc_ok(A64K);
+	cr_assert_eq((char *)keep, m + 8 * MiB, "the block follows the mapping");
+	cr_assert_eq(vmap_munmap(m, 8 * MiB), 0);
+	cr_assert_eq(vmap_tag_run_state(tag_of(m)), VMAP_RUN_GUARDED);
+	fake_fail_always(FAKE_MADVISE, ENOMEM);
+	fake_fail_always(FAKE_MAP_FRESH, ENOMEM);
+	bool zero;
+	cr_assert_null(vmap_range_alloc(4 * MiB, VMAP_PAGE, &zero));
+	cr_assert_eq(vmap_tag_state(tag_of(m)), VMAP_ST_FOREIGN, "kept out of circulation");
+	fake_fail_clear(FAKE_MADVISE);
+	fake_fail_clear(FAKE_MAP_FRESH);
+	char *p = vmap_range_alloc(4 * MiB, VMAP_PAGE, &zero);
+	cr_assert_not_null(p);
+	cr_assert(p < m || p >= m + 8 * MiB, "not in the pages that fault");
+	memset(p, 1, 4 * MiB);
+	vmap_range_free(p, "free");
+	vmap_range_free(keep, "free");
+	vmap_range_check();
+}
