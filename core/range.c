@@ -26,15 +26,18 @@
  *  - LIVE -> CACHED is a CAS without a lock (so two frees of one block cannot
  *    both win); every other tag change happens under the owner shard's lock.
  *  - An area belongs to the shard that owns its chunk, for its whole life;
- *    free runs merge only with runs of the same shard and kind (small/big).
+ *    free runs merge only with runs of the same shard and kind (small/big),
+ *    and of the same state, zero and guarded merging into guarded (F22).
  *  - A chunk goes back to the arena (owner 0, any shard may claim it) only
- *    when one known-zero free run covers it whole, after a purge or a move:
- *    otherwise a program that frees everything on one CPU would leave the
- *    address space to that CPU's shard alone (F9).
+ *    when one zero or guarded free run covers it whole, after a purge, a
+ *    move or at the trim: otherwise a program that frees everything on one
+ *    CPU would leave the address space to that CPU's shard alone (F9).
  *  - Areas of 2 MiB and more live in "big" chunks (2 MiB aligned, advised
  *    MADV_HUGEPAGE) so transparent huge pages can back them; small areas never
  *    share a chunk with them, so THP cannot inflate small blocks.
- *  - No shard lock is held across a system call.
+ *  - No shard lock is held across a system call, but in the rare cases
+ *    named where they are: a chunk going back to the arena, the trim's
+ *    sweep, realloc growing in place into a guarded neighbour.
  *  - Under a finite RLIMIT_AS, a claim of chunks keeps VmSize less the
  *    unclaimed reservation (vmap_unclaimed) within the limit, and a new
  *    region leaves a quarter of the limit outside the arena (as_room).
