@@ -379,6 +379,44 @@ __attribute__((noinline, cold)) static void reap_abandoned(void)
 	}
 }
 
+/*
+ * A slab of the owner's that became empty: kept back as the class's spare if
+ * it has none (and its slabs are at most 256 KiB, and the thread's spares
+ * stay within SPARE_MAX: resident memory no purge reaches), else retired.  A program
+ * that keeps N blocks of a class live and frees them in the order it made
+ * them (a FIFO: queues, sliding windows) empties one slab every cap
+ * allocations; retiring each at once made the next allocation ask the range
+ * allocator for a new slab and carve it again: 8 KiB pages in a window of 64,
+ * 4 KiB blocks cost 273 instructions per malloc/free pair, against 87 for
+ * tcmalloc (callgrind).
+ */
+#define SPARE_MAX ((size_t)1 << 20)
+
+static void empty_slab(struct vmap_heap *h, struct vmap_slab *d)
+{
+	unsigned c = d->cls;
+	size_t bytes = slab_bytes(c);
+	if (h->spare[c] || bytes > (256u << 10) || h->spare_bytes + bytes > SPARE_MAX) {
+		retire(d);
+		return;
+	}
+	__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED); /* (on no list) */
+	d->next = d->prev = NULL;
+	h->spare[c] = d;
+	h->spare_bytes += bytes;
+}
+
+/* Takes class c's spare slab (NULL if none) out of h's spares. */
+static struct vmap_slab *spare_take(struct vmap_heap *h, unsigned c)
+{
+	struct vmap_slab *d = h->spare[c];
+	if (d) {
+		h->spare[c] = NULL;
+		h->spare_bytes -= slab_bytes(c);
+	}
+	return d;
+}
+
 /* The current slab of class c has an empty list: make it (or another) ready.
  * Returns the slab now current, with a non-empty list, or NULL. */
 __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h, unsigned c)
@@ -415,8 +453,7 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 		}
 		file_full(h, d); /* cannot happen: a partial slab has a free object */
 	}
-	if ((d = h->spare[c]) != NULL) {
-		h->spare[c] = NULL;
+	if ((d = spare_take(h, c)) != NULL) {
 		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
 		if (!d->free && d->bump < d->cap)
 			carve(d);
@@ -435,28 +472,6 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 	if (d)
 		h->cur[c] = d;
 	return d;
-}
-
-/*
- * A slab of the owner's that became empty: kept back as the class's spare if
- * it has none (and its slabs are at most 256 KiB), else retired.  A program
- * that keeps N blocks of a class live and frees them in the order it made
- * them (a FIFO: queues, sliding windows) empties one slab every cap
- * allocations; retiring each at once made the next allocation ask the range
- * allocator for a new slab and carve it again: 8 KiB pages in a window of 64,
- * 4 KiB blocks cost 273 instructions per malloc/free pair, against 87 for
- * tcmalloc (callgrind).
- */
-static void empty_slab(struct vmap_heap *h, struct vmap_slab *d)
-{
-	unsigned c = d->cls;
-	if (h->spare[c] || slab_bytes(c) > (256u << 10)) {
-		retire(d);
-		return;
-	}
-	__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED); /* (on no list) */
-	d->next = d->prev = NULL;
-	h->spare[c] = d;
 }
 
 /* An owner's free made d non-full, or empty. */
@@ -509,10 +524,8 @@ static void heap_abandon(struct vmap_heap *h)
 					      h->partial[c], h->full[c]};
 		h->cur[c] = &vmap_slab_none;
 		h->partial[c] = h->full[c] = NULL;
-		if (h->spare[c]) {
-			retire(h->spare[c]);
-			h->spare[c] = NULL;
-		}
+		if ((d = spare_take(h, c)) != NULL)
+			retire(d);
 		for (unsigned l = 0; l < 3; l++) {
 			for (d = lists[l]; d; d = next) {
 				next = l ? d->next : NULL;
@@ -618,11 +631,10 @@ static void trim_own(struct vmap_heap *h)
 {
 	for (unsigned c = 0; c < NCLASSES; c++) {
 		rescan_full(h, c); /* full -> partial or given back */
-		if (h->spare[c]) {
-			retire(h->spare[c]);
-			h->spare[c] = NULL;
-		}
-		struct vmap_slab *d = h->partial[c], *next;
+		struct vmap_slab *d = spare_take(h, c), *next;
+		if (d)
+			retire(d);
+		d = h->partial[c];
 		for (; d; d = next) {
 			next = d->next;
 			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED) || !collect(d) || d->used)

@@ -118,6 +118,26 @@ Test(slab, empty_slabs_other_than_the_current_go_back, .init = setup)
 	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use) - s0, 1, "the trim gives the spare back");
 }
 
+/* Spares are resident memory no purge reaches: a thread keeps at most 1 MiB
+ * of them (four slabs of 256 KiB), whatever the number of classes it empties. */
+Test(slab, spare_slabs_are_capped_per_thread, .init = setup)
+{
+	static const size_t sizes[] = {2048, 3072, 4096, 6144, 8192}; /* 256 KiB slabs */
+	enum { NS = sizeof sizes / sizeof sizes[0], MAXN = 2 * 128 + 1 };
+	static void *p[NS][MAXN];
+	int64_t s0 = stat_of(VMAP_STAT_slabs_in_use);
+	for (unsigned k = 0; k < NS; k++) {
+		unsigned n = (unsigned)(2 * ((256u << 10) / sizes[k]) + 1); /* 3 slabs, the last current */
+		for (unsigned i = 0; i < n; i++)
+			p[k][i] = vmap_malloc(sizes[k]);
+		for (unsigned i = 0; i < n; i++)
+			vmap_free(p[k][i]);
+	}
+	cr_assert_eq(stat_of(VMAP_STAT_slabs_in_use) - s0, NS + 4,
+		     "the current slab of each class and 4 spares: %d",
+		     (int)(stat_of(VMAP_STAT_slabs_in_use) - s0));
+}
+
 /* A window of live blocks freed in the order they were made (a FIFO) empties
  * one slab every cap allocations: the empty slab is kept as the class's spare
  * and reused, instead of going back to the range allocator and a new one
