@@ -735,14 +735,14 @@ static uintptr_t run_find(struct vmap_shard *s, unsigned li, uint64_t pages, siz
  * dirty runs (resident: one mprotect), guarded ones before fresh memory
  * (one madvise, then faults like fresh memory, but no new address space).
  * *state is the run's state; the area's kind is the run's (*big); *resident
- * how many of its pages were resident (cached); *unguard how many pages
- * after those to unguard (an area that starts in a resident run and ends in a
- * guarded one).  With resident_only, only the lists that need no page fault
- * (dirty, protected).
+ * how many of its pages were resident (cached).  An area that starts in a
+ * resident run and ends in a zero or guarded one has that run's state and
+ * *resident > 0: its first *resident pages are stale, the rest as the state
+ * says.  With resident_only, only the lists that need no page fault (dirty,
+ * protected).
  */
 static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
-			      unsigned *state_out, uint64_t *resident_out, uint64_t *unguard_out,
-			      bool resident_only)
+			      unsigned *state_out, uint64_t *resident_out, bool resident_only)
 {
 	const bool k = *big;
 	const unsigned order[9] = {
@@ -757,7 +757,6 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 	for (int i = 0; i < (resident_only ? 4 : 9) && !found; i++)
 		found = run_find(s, order[i], pages, align);
 	*resident_out = 0;
-	*unguard_out = 0;
 	if (!found)
 		return 0;
 	struct vmap_region *r = vmap_region_of(found);
@@ -787,9 +786,7 @@ static uintptr_t carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, s
 			if (m > fresh)
 				vmap_run_set_locked(s, r, found + (fresh << VMAP_PAGE_SHIFT), m - fresh,
 						    state, kind, stamp);
-			/* The fresh part of a guarded run may hold markers. */
-			*unguard_out = state == VMAP_RUN_GUARDED ? fresh : 0;
-			*state_out = VMAP_RUN_DIRTY; /* contents: not known zero */
+			*state_out = state; /* of the fresh part; contents not known zero */
 			*resident_out = lp;
 			*big = kind;
 			return ls;
@@ -1083,20 +1080,17 @@ static void pools_to_runs_locked(struct vmap_shard *s)
 /* Publishes the area carved at a from s's runs (shard lock held on entry,
  * released) and does what its former state asks. */
 static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint64_t pages,
-			  bool kind, unsigned state, uint64_t resident, uint64_t unguard, bool *zero,
-			  uint64_t tag)
+			  bool kind, unsigned state, uint64_t resident, bool *zero, uint64_t tag)
 {
 	struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 	__atomic_store_n(&e->tag,
 			 vmap_tag_make(VMAP_ST_LIVE, s->id, pages, (kind ? VMAP_TAG_BIG : 0) | tag),
 			 __ATOMIC_RELEASE);
 	vmap_shard_unlock(s);
-	*zero = state == VMAP_RUN_ZERO || state == VMAP_RUN_GUARDED;
+	*zero = (state == VMAP_RUN_ZERO || state == VMAP_RUN_GUARDED) && !resident;
 	int bad = 0;
-	if (state == VMAP_RUN_GUARDED)
-		bad = vmap_unguard(a, pages);
-	if (unguard && !bad) /* the part after a resident start (carve_locked) */
-		bad = vmap_unguard(a + (resident << VMAP_PAGE_SHIFT), unguard);
+	if (state == VMAP_RUN_GUARDED) /* (after a resident start: the rest) */
+		bad = vmap_unguard(a + (resident << VMAP_PAGE_SHIFT), pages - resident);
 	if (state == VMAP_RUN_PROTECTED)
 		bad = vmap_unprotect(a, pages);
 	if (bad) {
@@ -1139,8 +1133,7 @@ static uintptr_t carve_resident_locked(struct vmap_shard *s, bool *kind, uint64_
 {
 	if (!*kind && !vmap_guard_on && !run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
 		pools_to_runs_locked(s); /* (with guards, pooled areas carry markers: kept whole) */
-	uint64_t unguard; /* (resident runs only: always 0) */
-	return carve_locked(s, kind, pages, align, state, resident, &unguard, true);
+	return carve_locked(s, kind, pages, align, state, resident, true);
 }
 
 /* pages: the whole area; tag: VMAP_TAG_MMAP for the program's mmap (no guard
@@ -1164,7 +1157,7 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	bool kind = big;
 	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state, &resident);
 	if (a)
-		return carve_finish(s, cpu, a, pages, kind, state, resident, 0, zero, tag);
+		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
 	if (vmap_nshards > 1) {
 		/* Bounded on many-CPU machines: the next STEAL_SCAN shards are
 		 * looked at (one cache line each), STEAL_TRIES of them locked. */
@@ -1182,7 +1175,7 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 			a = carve_resident_locked(o, &kind, pages, align, &state, &resident);
 			if (a) {
 				vmap_stat_add_cpu(cpu, VMAP_STAT_run_steals, 1);
-				return carve_finish(o, cpu, a, pages, kind, state, resident, 0, zero, tag);
+				return carve_finish(o, cpu, a, pages, kind, state, resident, zero, tag);
 			}
 			vmap_shard_unlock(o);
 		}
@@ -1190,11 +1183,9 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
 		kind = big;
-		uint64_t unguard;
-		a = carve_locked(s, &kind, pages, align, &state, &resident, &unguard, false);
+		a = carve_locked(s, &kind, pages, align, &state, &resident, false);
 		if (a)
-			return carve_finish(s, cpu, a, pages, kind, state, resident, unguard, zero,
-					    tag);
+			return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
 		vmap_shard_unlock(s);
 		if (attempt == 1)
 			vmap_range_purge(true); /* arena full: give everything back, retry */
