@@ -79,6 +79,9 @@ void vmap_fork_hook_after(bool child);
 /* Not the process's malloc (dlopen, or under a valgrind tool): everything
  * passes to glibc and the kernel (alloc.c go_inert).  Valid after init. */
 bool vmap_is_inert(void);
+/* The profile is on (vmap_profile_on set, sequentially consistent): every
+ * malloc and free from now on takes the general path, which has the hooks. */
+void vmap_fast_paths_off(void);
 bool vmap_range_enabled(void);   /* the arena is set up (does not set it up) */
 bool vmap_range_ready(void);     /* sets the arena up if need be; false if it cannot be had */
 

@@ -216,7 +216,8 @@ void vmap_profile_init(void)
 	large_mean = vmap_opt.profile_large_sample;
 	prof_fn_resolve();
 #ifndef VMAP_HAVE_LIBUNWIND
-	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_RELEASE); /* frame pointers: nothing to load */
+	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_SEQ_CST); /* frame pointers: nothing to load */
+	vmap_fast_paths_off();
 #endif
 }
 
@@ -233,7 +234,8 @@ void vmap_profile_start(void)
 			 NULL, NULL);
 		return;
 	}
-	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_SEQ_CST);
+	vmap_fast_paths_off();
 #endif
 }
 

@@ -40,7 +40,7 @@ enum vmap_profile_kind {
 
 /* Set once by vmap_profile_init() when VMAPALLOC_PROFILE=1 and the tables
  * could be mapped; never cleared. */
-extern bool vmap_profile_on;
+extern bool vmap_profile_on VMAP_HIDDEN;
 
 struct vmap_profile_tls {
 	int64_t countdown;       /* small-block bytes until the next sample */

@@ -58,6 +58,7 @@
 #include "counter.h"
 #include "fmt.h"
 #include "options.h"
+#include "profile.h"
 #include "section.h"
 
 #ifndef MADV_HUGEPAGE
@@ -78,6 +79,7 @@
 struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
 unsigned vmap_nregions;
 uintptr_t vmap_span_lo VMAP_HOT, vmap_span_hi VMAP_HOT; /* read by every free */
+struct vmap_slab_index vmap_slab0 VMAP_HOT;
 static int vmap_guard_markers_state; /* 0 not probed yet, 1 MADV_GUARD_INSTALL works, -1 not */
 int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
 bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c) */
@@ -292,6 +294,11 @@ static int commit_chunks(struct vmap_region *r, size_t first, size_t n)
 	return rc;
 }
 
+void vmap_range_fast_free_off(void)
+{
+	__atomic_store_n(&vmap_slab0.size, 0, __ATOMIC_SEQ_CST);
+}
+
 struct vmap_slab *vmap_region_slabs_publish(struct vmap_region *r, struct vmap_slab *t, size_t each)
 {
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
@@ -311,6 +318,14 @@ struct vmap_slab *vmap_region_slabs_publish(struct vmap_region *r, struct vmap_s
 			r->slabs_each = each;
 			__atomic_store_n(&r->slabs, t, __ATOMIC_RELEASE);
 			in = t;
+			if (r == &vmap_regions[0]) {
+				vmap_slab0.base = r->base;
+				vmap_slab0.tab = t;
+				/* Not while profiling: as vmap_fast_limit (alloc.c). */
+				__atomic_store_n(&vmap_slab0.size, r->size, __ATOMIC_SEQ_CST);
+				if (__atomic_load_n(&vmap_profile_on, __ATOMIC_SEQ_CST))
+					vmap_range_fast_free_off();
+			}
 		}
 	}
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);

@@ -13,6 +13,7 @@
 
 #include "lock.h"
 #include "os.h"
+#include "section.h"
 
 /* ---- public to the core ---------------------------------------------- */
 
@@ -203,8 +204,8 @@ struct vmap_shard {
 	struct vmap_pool pool[VMAP_NCLASSES];
 } __attribute__((aligned(64)));
 
-extern struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
-extern unsigned vmap_nregions;
+extern struct vmap_region vmap_regions[VMAP_MAX_REGIONS] VMAP_HIDDEN;
+extern unsigned vmap_nregions VMAP_HIDDEN;
 extern struct vmap_shard *vmap_shards;
 extern unsigned vmap_nshards;
 extern uint64_t vmap_lazy_max;
@@ -213,7 +214,21 @@ extern uint64_t vmap_pool_exact; /* areas of up to this many pages are pooled */
 
 /* [vmap_span_lo, vmap_span_hi) covers every region: one compare rejects the
  * pointers of glibc's heap, the common case of free() under the libc backend. */
-extern uintptr_t vmap_span_lo, vmap_span_hi;
+extern uintptr_t vmap_span_lo VMAP_HIDDEN, vmap_span_hi VMAP_HIDDEN;
+
+/* The first region's slab descriptors, for free()'s fast path (alloc.c):
+ * one compare tells a pointer in that region, and the descriptor is one
+ * index away.  size is 0 until the region's slab table is published (base
+ * and tab are written first; size is stored with release, read with
+ * acquire), and changes after only to 0, when the profile comes on. */
+struct vmap_slab_index {
+	uintptr_t base;
+	size_t size;
+	struct vmap_slab *tab;
+};
+extern struct vmap_slab_index vmap_slab0 VMAP_HIDDEN;
+/* Profiling: size 0 for good (vmap_fast_paths_off). */
+void vmap_range_fast_free_off(void);
 
 static inline struct vmap_region *vmap_region_of(uintptr_t a)
 {

@@ -77,6 +77,7 @@ static __thread uint8_t vmap_tls_heap_state;
 
 static struct vmap_lock slab_lock = VMAP_LOCK_INIT; /* leaf: the lists below */
 static struct vmap_heap *heap_free_list;
+static struct vmap_heap *heap_all; /* pushed to, never popped: read without a lock */
 static struct vmap_slab *abandoned[NCLASSES];
 /* Remote frees into abandoned slabs, and the count when they were last reaped. */
 static uint64_t abandoned_frees, abandoned_reaped;
@@ -108,12 +109,18 @@ static size_t slab_bytes(unsigned c)
 	return size <= 1024 ? (64u << 10) : size <= 8192 ? (256u << 10) : (1u << 20);
 }
 
+uint8_t vmap_slab_class_tab[VMAP_SLAB_CLASS_SLOTS];
+
 void vmap_slab_init(void)
 {
 	for (unsigned c = 0; c < NCLASSES; c++) {
 		uint64_t size = vmap_slab_class_size(c);
 		class_magic[c] = ((1ull << 40) + size - 1) / size;
 	}
+	/* Slot i holds the sizes i * 16 - 15 .. i * 16, all in the class of
+	 * the largest. */
+	for (size_t i = 1; i < VMAP_SLAB_CLASS_SLOTS; i++)
+		vmap_slab_class_tab[i] = (uint8_t)vmap_slab_class(i * 16);
 	/* The kernel's 16 random bytes have no alignment (they sit among the
 	 * strings at the top of the stack): copied, not loaded as words. */
 	const void *rnd = (const void *)getauxval(AT_RANDOM);
@@ -512,7 +519,22 @@ static struct vmap_heap *heap_get(void)
 	h = m;
 	for (unsigned c = 0; c < NCLASSES; c++)
 		h->cur[c] = &vmap_slab_none;
+	h->all_next = __atomic_load_n(&heap_all, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(&heap_all, &h->all_next, h, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED))
+		;
 	return h;
+}
+
+void vmap_slab_fast_counts(uint64_t *mallocs, uint64_t *frees)
+{
+	uint64_t m = 0, f = 0;
+	for (struct vmap_heap *h = __atomic_load_n(&heap_all, __ATOMIC_ACQUIRE); h; h = h->all_next) {
+		m += __atomic_load_n(&h->fast_mallocs, __ATOMIC_RELAXED);
+		f += __atomic_load_n(&h->fast_frees, __ATOMIC_RELAXED);
+	}
+	*mallocs = m;
+	*frees = f;
 }
 
 /* Every slab of h: collected; empty ones retired, the rest abandoned. */

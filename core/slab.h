@@ -50,6 +50,13 @@ enum { SLAB_NONE = 0, SLAB_CUR, SLAB_PARTIAL, SLAB_FULL, SLAB_ABANDONED };
 
 /* A thread's heap: per class, the slab it allocates from and its others. */
 struct vmap_heap {
+	/* Mallocs and frees served by the fast paths (alloc.c), counted here
+	 * and not in the statistics' per-thread deltas: one plain add instead
+	 * of two adds, a mask and a countdown.  Written by the owner only;
+	 * the statistics add every heap's figures at a read (heaps are never
+	 * unmapped, a recycled heap keeps counting). */
+	uint64_t fast_mallocs, fast_frees;
+	struct vmap_heap *all_next; /* every heap ever made (vmap_slab_fast_counts) */
 	struct vmap_slab *cur[NCLASSES];     /* never NULL: &vmap_slab_none when there is none */
 	struct vmap_slab *partial[NCLASSES]; /* doubly linked through next/prev */
 	struct vmap_slab *full[NCLASSES];
@@ -62,7 +69,7 @@ struct vmap_heap {
 
 /* Set once the slabs are switched on (BACKEND=builtin at init, auto later). */
 extern bool vmap_slab_on;
-extern uint64_t vmap_slab_key;          /* a freed object's second word is key ^ address */
+extern uint64_t vmap_slab_key VMAP_HIDDEN; /* a freed object's second word is key ^ address */
 extern struct vmap_slab vmap_slab_none; /* its free list is always empty */
 extern __thread struct vmap_heap *vmap_tls_heap;
 
@@ -74,6 +81,22 @@ struct vmap_slab *vmap_slab_refill(struct vmap_heap *h, unsigned c);
 void vmap_slab_owner_free_slow(struct vmap_heap *h, struct vmap_slab *d);
 void vmap_slab_remote_free(struct vmap_slab *d, void **o);
 __attribute__((noreturn)) void vmap_slab_die(const char *who, const void *p, const char *what);
+
+/* Sizes 1..VMAP_SLAB_MAX to classes in 16-byte steps (every class size is a
+ * multiple of 16), filled by vmap_slab_init and tested against
+ * vmap_slab_class for every size: one load instead of a bit scan and
+ * five operations.  4 KiB, of which a program touches the lines of the
+ * sizes it asks for. */
+#define VMAP_SLAB_CLASS_SLOTS ((VMAP_SLAB_MAX >> 4) + 1)
+extern uint8_t vmap_slab_class_tab[VMAP_SLAB_CLASS_SLOTS] VMAP_HIDDEN;
+
+static inline unsigned vmap_slab_class_fast(size_t size)
+{
+	return vmap_slab_class_tab[(size + 15) >> 4];
+}
+
+/* Every heap's fast-path counts (approximate for other running threads). */
+void vmap_slab_fast_counts(uint64_t *mallocs, uint64_t *frees);
 
 /* 16-byte steps up to 128, then four classes per power of two. */
 static inline unsigned vmap_slab_class(size_t size)

@@ -50,6 +50,7 @@
 #include "profile.h"
 #include "range.h"
 #include "section.h"
+#include "slab.h"
 #include "vmapalloc.h"
 
 #define REPORT_VERSION 1
@@ -84,6 +85,17 @@ const char *vmap_stat_name(unsigned i)
 	return i == VMAP_STAT_COUNT ? "large_bytes_peak" : NULL;
 }
 
+/* What the slab fast paths counted in the heaps (slab.h) into statistic i. */
+static int64_t fast_part(unsigned i)
+{
+	if (i != VMAP_STAT_malloc_calls && i != VMAP_STAT_small_allocs &&
+	    i != VMAP_STAT_free_calls && i != VMAP_STAT_small_frees)
+		return 0;
+	uint64_t m, f;
+	vmap_slab_fast_counts(&m, &f);
+	return (int64_t)(i == VMAP_STAT_malloc_calls || i == VMAP_STAT_small_allocs ? m : f);
+}
+
 uint64_t vmap_stat_value(unsigned i)
 {
 	int64_t v;
@@ -92,7 +104,7 @@ uint64_t vmap_stat_value(unsigned i)
 		vmap_stat_note_peak(now);
 		v = __atomic_load_n(&vmap_stat_peak_large_bytes, __ATOMIC_RELAXED);
 	} else {
-		v = vmap_stat_read((enum vmap_stat)i);
+		v = vmap_stat_read((enum vmap_stat)i) + fast_part(i);
 	}
 	return v < 0 ? 0 : (uint64_t)v;
 }
@@ -112,7 +124,7 @@ static uint64_t stat_peek(unsigned i)
 		if (slots)
 			for (unsigned c = 0; c < vmap_counter_nslots; c++)
 				v += __atomic_load_n(&slots[c * VMAP_STAT_STRIDE + i], __ATOMIC_RELAXED);
-		v += (int64_t)vmap_local.n[i];
+		v += (int64_t)vmap_local.n[i] + fast_part(i);
 	}
 	return v < 0 ? 0 : (uint64_t)v;
 }

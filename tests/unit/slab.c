@@ -14,6 +14,7 @@
 #include "counter.h"
 #include "range.h"
 #include "slab.h"
+#include "stats.h"
 
 static void setup(void)
 {
@@ -349,4 +350,74 @@ Test(slab, trim_gives_back_own_slabs_emptied_by_remote_frees, .init = setup)
 	void *q = vmap_malloc(200);
 	cr_assert(vmap_in_slab((uintptr_t)q));
 	vmap_free(q);
+}
+
+/* The fast paths' class table agrees with the class function everywhere. */
+Test(slab, the_class_table_agrees_with_the_class_function, .init = setup)
+{
+	for (size_t s = 1; s <= VMAP_SLAB_MAX; s++)
+		cr_assert_eq(vmap_slab_class_fast(s), vmap_slab_class(s), "size %zu", s);
+}
+
+static uint64_t value_of(enum vmap_stat s)
+{
+	return vmap_stat_value((unsigned)s);
+}
+
+static void *malloc_free_n(void *arg)
+{
+	unsigned n = (unsigned)(uintptr_t)arg;
+	for (unsigned i = 0; i < n; i++) {
+		void *volatile p = vmap_malloc(48);
+		vmap_free(p);
+	}
+	return NULL;
+}
+
+/* What the fast paths count in the heaps reaches the statistics exactly, from
+ * this thread and from an exited one. */
+Test(slab, fast_path_calls_are_counted_exactly, .init = setup)
+{
+	malloc_free_n((void *)(uintptr_t)10); /* this thread's heap and current slab */
+	uint64_t m0 = value_of(VMAP_STAT_malloc_calls), f0 = value_of(VMAP_STAT_free_calls);
+	uint64_t a0 = value_of(VMAP_STAT_small_allocs), s0 = value_of(VMAP_STAT_small_frees);
+	uint64_t fm0, ff0;
+	vmap_slab_fast_counts(&fm0, &ff0);
+	malloc_free_n((void *)(uintptr_t)1000);
+	uint64_t fm1, ff1;
+	vmap_slab_fast_counts(&fm1, &ff1);
+	cr_assert_eq(fm1 - fm0, 1000, "every malloc took the fast path: %llu",
+		     (unsigned long long)(fm1 - fm0));
+	cr_assert_eq(ff1 - ff0, 1000, "every free took the fast path: %llu",
+		     (unsigned long long)(ff1 - ff0));
+	cr_assert_eq(value_of(VMAP_STAT_malloc_calls) - m0, 1000);
+	cr_assert_eq(value_of(VMAP_STAT_free_calls) - f0, 1000);
+	cr_assert_eq(value_of(VMAP_STAT_small_allocs) - a0, 1000);
+	cr_assert_eq(value_of(VMAP_STAT_small_frees) - s0, 1000);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, malloc_free_n, (void *)(uintptr_t)777), 0);
+	pthread_join(t, NULL);
+	cr_assert_eq(value_of(VMAP_STAT_malloc_calls) - m0, 1777, "%llu",
+		     (unsigned long long)(value_of(VMAP_STAT_malloc_calls) - m0));
+	cr_assert_eq(value_of(VMAP_STAT_free_calls) - f0, 1777);
+}
+
+/* With the profile on, every call takes the general path (which has the
+ * hooks); the counts stay exact. */
+Test(slab, the_fast_paths_stand_aside_for_the_profile, .init = setup)
+{
+	malloc_free_n((void *)(uintptr_t)10);
+	vmap_fast_paths_off(); /* what turning the profile on does after setting its flag */
+	uint64_t m0 = value_of(VMAP_STAT_malloc_calls), f0 = value_of(VMAP_STAT_free_calls);
+	uint64_t fm0, ff0, fm1, ff1;
+	vmap_slab_fast_counts(&fm0, &ff0);
+	malloc_free_n((void *)(uintptr_t)500);
+	vmap_slab_fast_counts(&fm1, &ff1);
+	cr_assert_eq(fm1, fm0, "no malloc took the fast path");
+	cr_assert_eq(ff1, ff0, "no free took the fast path");
+	cr_assert_eq(value_of(VMAP_STAT_malloc_calls) - m0, 500);
+	cr_assert_eq(value_of(VMAP_STAT_free_calls) - f0, 500);
+	void *p = vmap_malloc(48);
+	cr_assert(vmap_in_slab((uintptr_t)p), "still from the slabs");
+	vmap_free(p);
 }
