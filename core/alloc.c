@@ -582,7 +582,7 @@ __attribute__((noinline, cold)) static void foreign(const void *p, int kind, con
  * A signal handler can interrupt this thread anywhere in the range allocator
  * (holding a shard lock, half way through its thread cache) and call malloc,
  * free or mmap; so can a fork handler that runs while fork_prepare holds
- * every lock.  vmap_tls_reentry (alloc.h) counts the range-path sections this
+ * every lock.  vmap_tls.reentry (alloc.h) counts the range-path sections this
  * thread is in; a call that finds it non-zero takes no lock and touches no
  * range state:
  *  - a large allocation is mapped straight from the kernel: an "escape
@@ -598,7 +598,7 @@ __attribute__((noinline, cold)) static void foreign(const void *p, int kind, con
  * (atomic against an interrupt) and drained only at depth 0, which no pusher
  * can interrupt.  Escape blocks are shared: any thread may free one.
  */
-__thread unsigned vmap_tls_reentry;
+__thread struct vmap_tls vmap_tls;
 
 /* Frees made from a handler that interrupted a range section: one or two in
  * practice (a handler frees what it allocated, and that is an escape block). */
@@ -621,7 +621,7 @@ bool vmap_defer(void *p, size_t len)
 		d->len = len;
 		if (__atomic_compare_exchange_n(&d->a, &z, (uintptr_t)p, false, __ATOMIC_RELAXED,
 						__ATOMIC_RELAXED)) {
-			__atomic_fetch_or(&vmap_tls_reentry, VMAP_REENTRY_DEFERRED, __ATOMIC_RELAXED);
+			__atomic_fetch_or(&vmap_tls.reentry, VMAP_REENTRY_DEFERRED, __ATOMIC_RELAXED);
 			return true;
 		}
 	}
@@ -630,7 +630,7 @@ bool vmap_defer(void *p, size_t len)
 
 __attribute__((noinline, cold)) void vmap_reentry_leave_slow(void)
 {
-	if (vmap_tls_reentry == VMAP_REENTRY_DEFERRED)
+	if (vmap_tls.reentry == VMAP_REENTRY_DEFERRED)
 		vmap_deferred_drain();
 }
 
@@ -638,7 +638,7 @@ __attribute__((noinline, cold)) void vmap_reentry_leave_slow(void)
 __attribute__((noinline, cold)) void vmap_deferred_drain(void)
 {
 	vmap_depth_enter(); /* a handler that frees now parks its free too */
-	while (__atomic_fetch_and(&vmap_tls_reentry, ~VMAP_REENTRY_DEFERRED, __ATOMIC_RELAXED) &
+	while (__atomic_fetch_and(&vmap_tls.reentry, ~VMAP_REENTRY_DEFERRED, __ATOMIC_RELAXED) &
 	       VMAP_REENTRY_DEFERRED) {
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		for (unsigned i = 0; i < DEFER_SLOTS; i++) {
@@ -662,7 +662,7 @@ __attribute__((noinline, cold)) void vmap_deferred_drain(void)
 	}
 	/* Not vmap_depth_leave: that would come back here. */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	vmap_tls_reentry--;
+	vmap_tls.reentry--;
 }
 
 /* Escape blocks: live at once, across threads.  A handler holds one for the
@@ -869,7 +869,7 @@ __attribute__((noinline)) static void *malloc_refill(size_t size)
 
 void *vmap_malloc(size_t size)
 {
-	struct vmap_heap *h = vmap_tls_heap;
+	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(!h || size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
 				     vmap_reentered(),
 			     0))
@@ -879,7 +879,7 @@ void *vmap_malloc(size_t size)
 	void **o = (void **)d->free;
 	if (__builtin_expect(!o, 0)) {
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		if (--vmap_tls_reentry != 0)
+		if (--vmap_tls.reentry != 0)
 			return malloc_refill(size);
 		return malloc_slow(size); /* refills */
 	}
@@ -890,7 +890,7 @@ void *vmap_malloc(size_t size)
 	d->used++;
 	o[1] = NULL;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (__builtin_expect(--vmap_tls_reentry != 0, 0))
+	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return malloc_fast_leave(h, o);
 	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + 1, __ATOMIC_RELAXED);
 	return o;
@@ -989,7 +989,7 @@ void vmap_free(void *p)
 		return free_slow(p); /* NULL, glibc's, another region's */
 	struct vmap_slab *d = __atomic_load_n(&vmap_slab0.tab[off >> VMAP_SLAB_UNIT_SHIFT].head,
 					      __ATOMIC_RELAXED);
-	struct vmap_heap *h = vmap_tls_heap;
+	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(!d || !h || __atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h ||
 				     vmap_reentered(),
 			     0))
@@ -1007,7 +1007,7 @@ void vmap_free(void *p)
 	if (__builtin_expect(st != SLAB_CUR, 0) && (st == SLAB_FULL || d->used == 0))
 		return free_fast_move(h, d);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (__builtin_expect(--vmap_tls_reentry != 0, 0))
+	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return free_fast_leave(h);
 	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
 }

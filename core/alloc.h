@@ -37,7 +37,14 @@ int vmap_malloc_info(int options, FILE *fp);
  * cache is bracketed, so the small path pays nothing.  One word, so that
  * leaving a section is one subtraction and one branch.
  */
-extern __thread unsigned vmap_tls_reentry;
+struct vmap_heap;
+struct vmap_tls {
+	unsigned reentry;       /* the depth above, and VMAP_REENTRY_DEFERRED */
+	struct vmap_heap *heap; /* the thread's slab heap (slab.h), NULL while it has none */
+};
+/* Together, so that the fast paths (alloc.c), which read both, load the
+ * thread's offset once. */
+extern __thread struct vmap_tls vmap_tls;
 #define VMAP_REENTRY_DEFERRED 0x80000000u
 void vmap_reentry_leave_slow(void);
 void vmap_deferred_drain(void);
@@ -47,7 +54,7 @@ bool vmap_defer(void *p, size_t len);
 
 static inline bool vmap_reentered(void)
 {
-	return __builtin_expect((vmap_tls_reentry & ~VMAP_REENTRY_DEFERRED) != 0, 0);
+	return __builtin_expect((vmap_tls.reentry & ~VMAP_REENTRY_DEFERRED) != 0, 0);
 }
 
 /* A section; nests.  The handler that competes runs on this thread, so a
@@ -58,14 +65,14 @@ static inline bool vmap_reentered(void)
  * (x86-64 compiles it to one instruction, which an interrupt cannot split). */
 static inline void vmap_depth_enter(void)
 {
-	vmap_tls_reentry++;
+	vmap_tls.reentry++;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 
 static inline void vmap_depth_leave(void)
 {
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (__builtin_expect(--vmap_tls_reentry != 0, 0))
+	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		vmap_reentry_leave_slow(); /* still nested, or something was parked */
 }
 

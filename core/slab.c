@@ -72,7 +72,6 @@ static uint64_t class_magic[NCLASSES];
 struct vmap_slab vmap_slab_none;
 
 enum { HEAP_NONE = 0, HEAP_ACTIVE = 1, HEAP_DEAD = 2 };
-__thread struct vmap_heap *vmap_tls_heap;
 static __thread uint8_t vmap_tls_heap_state;
 
 static struct vmap_lock slab_lock = VMAP_LOCK_INIT; /* leaf: the lists below */
@@ -577,8 +576,8 @@ static void heap_abandon(struct vmap_heap *h)
 
 void vmap_slab_thread_exit(void)
 {
-	struct vmap_heap *h = vmap_tls_heap;
-	vmap_tls_heap = NULL;
+	struct vmap_heap *h = vmap_tls.heap;
+	vmap_tls.heap = NULL;
 	vmap_tls_heap_state = HEAP_DEAD; /* later mallocs of this thread: glibc */
 	if (!h)
 		return;
@@ -595,7 +594,7 @@ __attribute__((noinline, cold)) struct vmap_heap *vmap_slab_heap_first(void)
 		return NULL;
 	struct vmap_heap *h = heap_get();
 	if (h) {
-		vmap_tls_heap = h;
+		vmap_tls.heap = h;
 		vmap_tls_heap_state = HEAP_ACTIVE;
 	}
 	return h;
@@ -607,7 +606,7 @@ __attribute__((noinline, cold)) struct vmap_heap *vmap_slab_heap_first(void)
 
 void *vmap_slab_memalign(size_t align, size_t size)
 {
-	struct vmap_heap *h = vmap_tls_heap;
+	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(!h, 0) && !(h = vmap_slab_heap_first()))
 		return NULL;
 	/* Slabs start 64 KiB-aligned, objects at multiples of their size: a
@@ -672,8 +671,8 @@ void vmap_slab_trim(void)
 	if (!__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED))
 		return;
 	reap_abandoned();
-	if (vmap_tls_heap)
-		trim_own(vmap_tls_heap);
+	if (vmap_tls.heap)
+		trim_own(vmap_tls.heap);
 }
 
 /* ---- fork ------------------------------------------------------------------ */

@@ -71,7 +71,6 @@ struct vmap_heap {
 extern bool vmap_slab_on;
 extern uint64_t vmap_slab_key VMAP_HIDDEN; /* a freed object's second word is key ^ address */
 extern struct vmap_slab vmap_slab_none; /* its free list is always empty */
-extern __thread struct vmap_heap *vmap_tls_heap;
 
 void vmap_slab_init(void);
 
@@ -138,7 +137,7 @@ static inline void *vmap_slab_take(struct vmap_heap *h, unsigned c)
  * could be had (the caller falls back to glibc).  Not re-entered. */
 static inline void *vmap_slab_malloc(size_t size)
 {
-	struct vmap_heap *h = vmap_tls_heap;
+	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(!h, 0) && !(h = vmap_slab_heap_first()))
 		return NULL;
 	return vmap_slab_take(h, vmap_slab_class(size));
@@ -168,7 +167,7 @@ static inline void vmap_slab_free(struct vmap_slab *d, void *p, const char *who)
 	if (__builtin_expect((uintptr_t)o[1] == mark, 0))
 		vmap_slab_die(who, p, "double free: the block was already freed");
 	o[1] = (void *)mark;
-	struct vmap_heap *h = vmap_tls_heap;
+	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) == h && h, 1)) {
 		vmap_depth_enter();
 		o[0] = d->free;

@@ -149,7 +149,7 @@ static void *worker_main(void *arg)
 			break;
 		wjob(wjob_arg);
 		vmap_counter_flush_local();
-		worker_heap = vmap_tls_heap;
+		worker_heap = vmap_tls.heap;
 		pthread_mutex_lock(&wlock);
 		wstate = 2;
 		pthread_cond_broadcast(&wcond);
@@ -270,7 +270,7 @@ static enum kind kind_of(const void *p)
 }
 
 /* The main thread's heap, noted by main after each operation (checks also
- * run on the worker, whose vmap_tls_heap is its own). */
+ * run on the worker, whose vmap_tls.heap is its own). */
 static struct vmap_heap *main_h;
 
 static struct vmap_heap *main_heap(void)
@@ -280,7 +280,7 @@ static struct vmap_heap *main_heap(void)
 
 static bool heap_live(const struct vmap_heap *h)
 {
-	return h && (h == vmap_tls_heap || h == main_h || (worker_alive && h == worker_heap));
+	return h && (h == vmap_tls.heap || h == main_h || (worker_alive && h == worker_heap));
 }
 
 /* The slab geometry of a live object. */
@@ -972,7 +972,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			on_worker(run_op, &o);
 		} else {
 			run_op(&o);
-			main_h = vmap_tls_heap;
+			main_h = vmap_tls.heap;
 		}
 		if (o.code == 10 || o.code == 11 || o.code == 13)
 			full_check("after a group op or trim", false);
@@ -995,7 +995,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		release(&slots[i], "end");
 	for (int g = 0; g < GROUPS; g++)
 		group_free(&groups[g], 0);
-	main_h = vmap_tls_heap;
+	main_h = vmap_tls.heap;
 	if (large_bytes)
 		FAIL("model leak: %zu large bytes after freeing everything", large_bytes);
 	vmap_trim(0);
