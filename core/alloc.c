@@ -842,14 +842,16 @@ __attribute__((noinline)) static void *malloc_slow(size_t size)
 
 /*
  * The fast paths: a thread with a heap (so seen, past init, slabs on), a slab
- * size, no profile (vmap_fast_limit and vmap_slab0 say none), not re-entered, an object in the class's current slab.
- * Anything else takes the general path above, which decides again from the
- * start.  The fast paths count into the heap (vmap_slab_fast_counts), are
+ * size, no profile (vmap_fast_limit and vmap_slab0 say none), not re-entered,
+ * an object in (or of) the thread's own slab; for free, a slab of the first
+ * region.  Anything else takes the general path above, which decides again
+ * from the start.  The fast paths count into the heap (vmap_slab_fast_counts), are
  * bracketed as a range section (a signal handler that interrupts them takes
  * glibc or parks its free), and keep every check of vmap_slab_take and
  * vmap_slab_free: a free-list link that leaves its slab, a pointer that is
  * not an object's start, a double free.  Per malloc/free pair of 4 KiB
- * (callgrind, LIFO): 182 instructions with the general path, ??? with these.
+ * (callgrind, LIFO): 182 instructions with the general path, 111 with these
+ * (tcmalloc 85, jemalloc 116; bench/profile_small.c: 215 -> 146 an operation).
  */
 /* The fast paths' rare exits, out of line so that the fast paths themselves
  * save no register: leaving a section with something parked, or with the
