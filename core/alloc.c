@@ -43,6 +43,7 @@
 #include "backend.h"
 #include "cache.h"
 #include "counter.h"
+#include "fast.h"
 #include "fmt.h"
 #include "lock.h"
 #include "mmap.h"
@@ -59,8 +60,7 @@ extern char **environ;
  * test `size - 1 < limit` then fails for every size; malloc(0) takes the
  * general path). */
 static size_t vmap_slab_limit VMAP_HOT;
-/* The same for malloc's fast path, 0 while profiling (vmap_fast_paths_off). */
-static size_t vmap_fast_limit VMAP_HOT;
+size_t vmap_fast_limit VMAP_HOT; /* fast.h */
 static uint32_t vmap_auto_after VMAP_HOT; /* BACKEND=auto: 0 = no switch to come (see small_malloc) */
 /* Requests above this size are large (the arena's): SMALL_MAX, but with
  * BACKEND=auto, as long as no arena is set up, at least glibc's first mmap
@@ -812,7 +812,7 @@ __attribute__((always_inline)) static inline void *large_alloc(size_t size, size
 	return align <= SMALL_ALIGN ? small_malloc(size) : vmap_libc.memalign(align, size);
 }
 
-__attribute__((noinline)) static void *malloc_slow(size_t size)
+__attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 {
 	enter();
 	/* The builtin backend's objects first: the common case, in a few tests. */
@@ -838,64 +838,6 @@ __attribute__((noinline)) static void *malloc_slow(size_t size)
 	else
 		PROF_ALLOC(p, size, is_large(size) ? VMAP_PROFILE_LARGE : VMAP_PROFILE_SMALL);
 	return p;
-}
-
-/*
- * The fast paths: a thread with a heap (so seen, past init, slabs on), a slab
- * size, no profile (vmap_fast_limit and vmap_slab0 say none), not re-entered,
- * an object in (or of) the thread's own slab; for free, a slab of the first
- * region.  Anything else takes the general path above, which decides again
- * from the start.  The fast paths count into the heap (vmap_slab_fast_counts), are
- * bracketed as a range section (a signal handler that interrupts them takes
- * glibc or parks its free), and keep every check of vmap_slab_take and
- * vmap_slab_free: a free-list link that leaves its slab, a pointer that is
- * not an object's start, a double free.  Per malloc/free pair of 4 KiB
- * (callgrind, LIFO): 182 instructions with the general path, 111 with these
- * (tcmalloc 85, jemalloc 116; bench/profile_small.c: 215 -> 146 an operation).
- */
-/* The fast paths' rare exits, out of line so that the fast paths themselves
- * save no register: leaving a section with something parked, or with the
- * class's current slab empty. */
-__attribute__((noinline, cold)) static void *malloc_fast_leave(struct vmap_heap *h, void *o)
-{
-	vmap_reentry_leave_slow();
-	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + 1, __ATOMIC_RELAXED);
-	return o;
-}
-
-__attribute__((noinline)) static void *malloc_refill(size_t size)
-{
-	vmap_reentry_leave_slow();
-	return malloc_slow(size);
-}
-
-void *vmap_malloc(size_t size)
-{
-	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(!h || size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
-				     vmap_reentered(),
-			     0))
-		return malloc_slow(size);
-	vmap_depth_enter();
-	struct vmap_slab *d = h->cur[vmap_slab_class_fast(size)];
-	void **o = (void **)d->free;
-	if (__builtin_expect(!o, 0)) {
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		if (--vmap_tls.reentry != 0)
-			return malloc_refill(size);
-		return malloc_slow(size); /* refills */
-	}
-	void *next = o[0];
-	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
-		vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
-	d->free = next;
-	d->used++;
-	o[1] = NULL;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
-		return malloc_fast_leave(h, o);
-	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + 1, __ATOMIC_RELAXED);
-	return o;
 }
 
 /* An arena block freed from a handler that interrupted a range section: done
@@ -930,7 +872,7 @@ __attribute__((noinline, cold)) static bool free_escape(void *p)
 	return e != NULL;
 }
 
-__attribute__((noinline)) static void free_slow(void *p)
+__attribute__((noinline)) void vmap_free_slow(void *p)
 {
 	if (!p)
 		return;
@@ -969,7 +911,23 @@ __attribute__((noinline)) static void free_slow(void *p)
 	}
 }
 
-__attribute__((noinline, cold)) static void free_fast_leave(struct vmap_heap *h)
+/* The fast paths (fast.h) and their rare exits, out of line so that the fast
+ * paths themselves save no register: leaving a section with something
+ * parked, or with the class's current slab empty, or with a slab to move. */
+__attribute__((noinline, cold)) void *vmap_malloc_fast_leave(struct vmap_heap *h, void *o)
+{
+	vmap_reentry_leave_slow();
+	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + 1, __ATOMIC_RELAXED);
+	return o;
+}
+
+__attribute__((noinline)) void *vmap_malloc_refill(size_t size)
+{
+	vmap_reentry_leave_slow();
+	return vmap_malloc_slow(size);
+}
+
+__attribute__((noinline, cold)) void vmap_free_fast_leave(struct vmap_heap *h)
 {
 	vmap_reentry_leave_slow();
 	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
@@ -977,41 +935,21 @@ __attribute__((noinline, cold)) static void free_fast_leave(struct vmap_heap *h)
 
 /* A slab changing lists (full -> partial, partial -> given back), then the
  * same exit. */
-__attribute__((noinline)) static void free_fast_move(struct vmap_heap *h, struct vmap_slab *d)
+__attribute__((noinline)) void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d)
 {
 	vmap_slab_owner_free_slow(h, d);
 	vmap_depth_leave();
 	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
 }
 
+void *vmap_malloc(size_t size)
+{
+	return vmap_fast_malloc(size);
+}
+
 void vmap_free(void *p)
 {
-	uintptr_t a = (uintptr_t)p, off = a - vmap_slab0.base;
-	if (__builtin_expect(off >= __atomic_load_n(&vmap_slab0.size, __ATOMIC_ACQUIRE), 0))
-		return free_slow(p); /* NULL, glibc's, another region's */
-	struct vmap_slab *d = __atomic_load_n(&vmap_slab0.tab[off >> VMAP_SLAB_UNIT_SHIFT].head,
-					      __ATOMIC_RELAXED);
-	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(!d || !h || __atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h ||
-				     vmap_reentered(),
-			     0))
-		return free_slow(p); /* a large block, another thread's slab */
-	void **o = vmap_slab_check(d, p, "free");
-	uintptr_t mark = vmap_slab_key ^ a;
-	if (__builtin_expect((uintptr_t)o[1] == mark, 0))
-		vmap_slab_die("free", p, "double free: the block was already freed");
-	o[1] = (void *)mark;
-	vmap_depth_enter();
-	o[0] = d->free;
-	d->free = o;
-	d->used--;
-	uint8_t st = __atomic_load_n(&d->state, __ATOMIC_RELAXED);
-	if (__builtin_expect(st != SLAB_CUR, 0) && (st == SLAB_FULL || d->used == 0))
-		return free_fast_move(h, d);
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
-		return free_fast_leave(h);
-	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
+	vmap_fast_free(p);
 }
 
 void *vmap_calloc(size_t n, size_t size)

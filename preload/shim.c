@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "counter.h"
+#include "fast.h"
 #include "profile.h"
 #include "range.h"
 #include "stats.h"
@@ -20,8 +21,9 @@
 #define EXPORT __attribute__((visibility("default")))
 #define ALIAS(name) __attribute__((alias(#name), visibility("default")))
 
-EXPORT void *malloc(size_t size) { return vmap_malloc(size); }
-EXPORT void free(void *p) { vmap_free(p); }
+/* malloc and free: the fast paths inline (fast.h), the rest a jump away. */
+EXPORT void *malloc(size_t size) { return vmap_fast_malloc(size); }
+EXPORT void free(void *p) { vmap_fast_free(p); }
 EXPORT void *calloc(size_t n, size_t size) { return vmap_calloc(n, size); }
 EXPORT void *realloc(void *p, size_t size) { return vmap_realloc(p, size); }
 EXPORT void *reallocarray(void *p, size_t n, size_t size) { return vmap_reallocarray(p, n, size); }
