@@ -34,8 +34,8 @@ void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d) VMAP_HIDDEN;
  * glibc or parks its free), and keep every check of vmap_slab_take and
  * vmap_slab_free: a free-list link that leaves its slab, a pointer that is
  * not an object's start, a double free.  Per malloc/free pair of 4 KiB
- * (callgrind, LIFO): 182 instructions with the general paths, 111 with these
- * (tcmalloc 85, jemalloc 116; bench/profile_small.c: 215 -> 146 an operation).
+ * (callgrind, LIFO): 182 instructions with the general paths, 109 with these
+ * (tcmalloc 85, jemalloc 116; bench/profile_small.c: 215 -> 144 an operation).
  */
 __attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
 {
