@@ -1,13 +1,23 @@
 /*
  * backend.c — finds glibc's allocator functions without dlsym.
  *
- * Owns: vmap_libc (written once during init, read-only afterwards).
+ * Owns: vmap_libc and the place of libc.so.6's tables (libc_where).
  *
  * How: dl_iterate_phdr (no allocation; the loader's write lock is recursive)
  * finds libc.so.6; its PT_DYNAMIC gives the symbol, string, GNU hash and
  * version tables; each name is looked up with the GNU hash and the default
  * (non-hidden) version is taken.  This reaches glibc's definitions even though
  * this library exports the same names (__libc_malloc, malloc_usable_size...).
+ *
+ * Lazily: the walk at init only notes where libc.so.6's PT_DYNAMIC is (and
+ * what it passed on the way); each vmap_libc function starts as a resolver
+ * that looks its glibc function up on its first call, stores it in its slot
+ * and calls it.  A process that never calls, say, glibc's malloc_trim makes
+ * no look-up for it, and /bin/true, which allocates nothing, makes none
+ * (issue 5: 9 look-ups, 2.7k instructions, at every start).  The callers'
+ * fast paths are unchanged: they call through the slot as before.  Racing
+ * first calls store the same value; a look-up reads only libc's tables, so
+ * it takes no lock, makes no system call and may run in any context.
  *
  * The same lookup serves profile.c for libunwind, which it dlopen()s (from
  * the library's constructor, never inside malloc) only when it profiles, and
@@ -21,14 +31,14 @@
 #include "backend.h"
 
 #include <elf.h>
+#include <gnu/lib-names.h>
 #include <link.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "fmt.h"
+#include "os.h"
 #include "section.h"
-
-struct vmap_libc vmap_libc VMAP_HOT;
 
 struct elf_tables {
 	const char *want; /* the object's file name */
@@ -40,6 +50,7 @@ struct elf_tables {
 	const uint32_t *gnu_hash;
 	const ElfW(Half) *versym;
 	const ElfW(Verdef) *verdef;
+	const ElfW(Dyn) *dyn; /* vmap_backend_init's walk: libc's, read later */
 };
 
 static bool str_eq(const char *a, const char *b)
@@ -117,6 +128,49 @@ static void note_order(struct elf_tables *t, const struct dl_phdr_info *info, co
 		l->asan = base;
 }
 
+/* The tables of the object loaded at base whose dynamic section is d. */
+static void read_dynamic(struct elf_tables *t, uintptr_t base, const ElfW(Dyn) *d)
+{
+	for (; d->d_tag != DT_NULL; d++) {
+		uintptr_t v = d->d_un.d_ptr;
+		/* ld.so relocates these in place on most targets; not on all. */
+		if (v < base)
+			v += base;
+		switch (d->d_tag) {
+		case DT_SYMTAB: t->symtab = (const void *)v; break;
+		case DT_STRTAB: t->strtab = (const void *)v; break;
+		case DT_GNU_HASH: t->gnu_hash = (const void *)v; break;
+		case DT_VERSYM: t->versym = (const void *)v; break;
+		case DT_VERDEF: t->verdef = (const void *)v; break;
+		}
+	}
+	t->base = base;
+}
+
+static const ElfW(Dyn) *dynamic_of(const struct dl_phdr_info *info)
+{
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			return (const void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	return NULL;
+}
+
+/*
+ * Where libc.so.6 is: noted by the first walk that meets it, read by every
+ * later look-up in it (libc.so.6 is never unloaded), so that neither the lazy
+ * resolvers nor vmap_elf_symbol(LIBC_SO) walk again.  Its tables are read
+ * from its dynamic section on the first look-up, not by the walk at init.
+ * The walk's vmap_load is kept with it: vmap_backend_init runs it once even
+ * when called twice (the constructor, then the first call).  Published with
+ * a release store of `state` after the fields; racing walkers find the same.
+ */
+static struct {
+	int state; /* 0 not walked yet, 1 being written, 2 ready */
+	uintptr_t base;
+	const ElfW(Dyn) *dyn;
+	struct vmap_load load;
+} libc_where VMAP_HOT;
+
 static int find_object(struct dl_phdr_info *info, size_t size, void *data)
 {
 	(void)size;
@@ -126,27 +180,16 @@ static int find_object(struct dl_phdr_info *info, size_t size, void *data)
 		note_order(t, info, base);
 	if (!str_eq(base, t->want))
 		return 0;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
-			continue;
-		const ElfW(Dyn) *d = (const void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-		for (; d->d_tag != DT_NULL; d++) {
-			uintptr_t v = d->d_un.d_ptr;
-			/* ld.so relocates these in place on most targets; not on all. */
-			if (v < info->dlpi_addr)
-				v += info->dlpi_addr;
-			switch (d->d_tag) {
-			case DT_SYMTAB: t->symtab = (const void *)v; break;
-			case DT_STRTAB: t->strtab = (const void *)v; break;
-			case DT_GNU_HASH: t->gnu_hash = (const void *)v; break;
-			case DT_VERSYM: t->versym = (const void *)v; break;
-			case DT_VERDEF: t->verdef = (const void *)v; break;
-			}
-		}
+	const ElfW(Dyn) *d = dynamic_of(info);
+	if (!d)
+		return 0;
+	if (t->load) { /* vmap_backend_init: where, not yet what */
 		t->base = info->dlpi_addr;
+		t->dyn = d;
 		return 1;
 	}
-	return 0;
+	read_dynamic(t, info->dlpi_addr, d);
+	return 1;
 }
 
 static uint32_t gnu_hash(const char *s)
@@ -205,53 +248,116 @@ static void *lookup(const struct elf_tables *t, const char *name)
 	return lookup_version(t, name, NULL);
 }
 
-static bool find(const char *object, struct elf_tables *t, struct vmap_load *load)
+static bool tables_ok(const struct elf_tables *t)
 {
-	*t = (struct elf_tables){.want = object, .load = load};
-	return dl_iterate_phdr(find_object, t) && t->symtab && t->strtab && t->gnu_hash;
+	return t->symtab && t->strtab && t->gnu_hash;
+}
+
+/* The walk itself: *load, and where libc.so.6 is (base, dyn); published in
+ * libc_where by the first walker to finish (a signal handler that walks while
+ * the walk it interrupted publishes uses its own result: nobody waits). */
+static void walk(struct vmap_load *load, uintptr_t *base, const ElfW(Dyn) **dyn)
+{
+	if (__atomic_load_n(&libc_where.state, __ATOMIC_ACQUIRE) == 2) {
+		*load = libc_where.load;
+		*base = libc_where.base;
+		*dyn = libc_where.dyn;
+		return;
+	}
+	struct elf_tables t = {.want = LIBC_SO, .load = load};
+	*load = (struct vmap_load){0};
+	load->libc_found = dl_iterate_phdr(find_object, &t) != 0;
+	*base = t.base;
+	*dyn = t.dyn;
+	int expected = 0;
+	if (__atomic_compare_exchange_n(&libc_where.state, &expected, 1, false, __ATOMIC_ACQUIRE,
+					__ATOMIC_RELAXED)) {
+		libc_where.base = t.base;
+		libc_where.dyn = t.dyn;
+		libc_where.load = *load;
+		__atomic_store_n(&libc_where.state, 2, __ATOMIC_RELEASE);
+	}
+}
+
+/* libc.so.6's tables (walking first if no walk has been made yet). */
+static bool libc_tables(struct elf_tables *t)
+{
+	struct vmap_load load;
+	uintptr_t base;
+	const ElfW(Dyn) *dyn;
+	walk(&load, &base, &dyn);
+	*t = (struct elf_tables){0};
+	if (!load.libc_found)
+		return false;
+	read_dynamic(t, base, dyn);
+	return tables_ok(t);
+}
+
+static bool find(const char *object, struct elf_tables *t)
+{
+	if (object[0] == 'l' && str_eq(object, LIBC_SO))
+		return libc_tables(t);
+	*t = (struct elf_tables){.want = object};
+	return dl_iterate_phdr(find_object, t) && tables_ok(t);
 }
 
 void *vmap_elf_symbol(const char *object, const char *name)
 {
 	struct elf_tables t;
-	return find(object, &t, NULL) ? lookup(&t, name) : NULL;
+	return find(object, &t) ? lookup(&t, name) : NULL;
 }
 
 void *vmap_elf_symbol_version(const char *object, const char *name, const char *version)
 {
 	struct elf_tables t;
-	return find(object, &t, NULL) ? lookup_version(&t, name, version) : NULL;
+	return find(object, &t) ? lookup_version(&t, name, version) : NULL;
+}
+
+void vmap_backend_walk(struct vmap_load *load)
+{
+	uintptr_t base;
+	const ElfW(Dyn) *dyn;
+	walk(load, &base, &dyn);
 }
 
 int vmap_backend_init(struct vmap_load *load)
 {
+	vmap_backend_walk(load);
 	struct elf_tables t;
-	*load = (struct vmap_load){0};
-	if (!find("libc.so.6", &t, load)) {
+	if (!load->libc_found || !libc_tables(&t)) {
 		vmap_say("cannot find glibc's libc.so.6 and its symbol tables; ",
 			 "vmapalloc needs a dynamically linked glibc program", NULL);
 		return -1;
 	}
-	struct {
-		const char *name;
-		void **slot;
-	} want[] = {
-		{"__libc_malloc", (void **)&vmap_libc.malloc},
-		{"__libc_free", (void **)&vmap_libc.free},
-		{"__libc_calloc", (void **)&vmap_libc.calloc},
-		{"__libc_realloc", (void **)&vmap_libc.realloc},
-		{"__libc_memalign", (void **)&vmap_libc.memalign},
-		{"malloc_usable_size", (void **)&vmap_libc.usable_size},
-		{"malloc_trim", (void **)&vmap_libc.trim},
-		{"mallinfo2", (void **)&vmap_libc.mallinfo2},
-		{"mallopt", (void **)&vmap_libc.mallopt},
-	};
-	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-		*want[i].slot = lookup(&t, want[i].name);
-		if (!*want[i].slot) {
-			vmap_say("glibc does not export ", want[i].name, "; cannot run");
-			return -1;
-		}
-	}
 	return 0;
 }
+
+/* ---- vmap_libc: each slot resolves itself on its first call --------------- */
+
+__attribute__((noinline, cold)) static void *resolve(void **slot, const char *name)
+{
+	struct elf_tables t;
+	void *f = libc_tables(&t) ? lookup(&t, name) : NULL;
+	if (!f) {
+		vmap_say("glibc does not export ", name, "; cannot run");
+		vmap_os_exit(127);
+	}
+	__atomic_store_n(slot, f, __ATOMIC_RELAXED); /* racers store the same */
+	return f;
+}
+
+#define RESOLVER(field, name, ret, params, args)                                             \
+	static ret resolve_##field params                                                    \
+	{                                                                                    \
+		__typeof__(vmap_libc.field) f =                                              \
+			(__typeof__(f))resolve((void **)&vmap_libc.field, name);            \
+		return f args;                                                               \
+	}
+VMAP_LIBC_FUNCTIONS(RESOLVER)
+#undef RESOLVER
+
+struct vmap_libc vmap_libc VMAP_HOT = {
+#define SLOT(field, name, ret, params, args) .field = resolve_##field,
+	VMAP_LIBC_FUNCTIONS(SLOT)
+#undef SLOT
+};

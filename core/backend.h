@@ -10,20 +10,28 @@
 #define VMAP_BACKEND_H
 
 #include <malloc.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+/* glibc's functions that vmapalloc calls: field, glibc's name, and the type.
+ * Each is looked up on its first call (backend.c), not at start. */
+#define VMAP_LIBC_FUNCTIONS(X)                                                         \
+	X(malloc, "__libc_malloc", void *, (size_t n), (n))                            \
+	X(free, "__libc_free", void, (void *p), (p))                                   \
+	X(calloc, "__libc_calloc", void *, (size_t n, size_t size), (n, size))         \
+	X(realloc, "__libc_realloc", void *, (void *p, size_t n), (p, n))              \
+	X(memalign, "__libc_memalign", void *, (size_t a, size_t n), (a, n))           \
+	X(usable_size, "malloc_usable_size", size_t, (void *p), (p))                   \
+	X(trim, "malloc_trim", int, (size_t pad), (pad))                               \
+	X(mallinfo2, "mallinfo2", struct mallinfo2, (void), ())                        \
+	X(mallopt, "mallopt", int, (int param, int value), (param, value))
+
 struct vmap_libc {
-	void *(*malloc)(size_t);
-	void (*free)(void *);
-	void *(*calloc)(size_t, size_t);
-	void *(*realloc)(void *, size_t);
-	void *(*memalign)(size_t, size_t);
-	size_t (*usable_size)(void *);
-	int (*trim)(size_t);
-	struct mallinfo2 (*mallinfo2)(void);
-	int (*mallopt)(int, int);
+#define VMAP_LIBC_SLOT(field, name, ret, params, args) ret(*field) params;
+	VMAP_LIBC_FUNCTIONS(VMAP_LIBC_SLOT)
+#undef VMAP_LIBC_SLOT
 };
 
 extern struct vmap_libc vmap_libc;
@@ -36,9 +44,14 @@ struct vmap_load {
 	const char *valgrind;  /* a valgrind tool's preload that replaces malloc, or NULL */
 	const char *asan;      /* libasan, loaded after this (preloaded) object, or NULL */
 	uintptr_t exe_lo, exe_hi;   /* the program's image (its PT_LOAD segments) */
+	bool libc_found;            /* libc.so.6 met (with a dynamic section) */
 };
 
-/* Resolves glibc's functions and fills *load; 0, or -1 after printing why. */
+/* Walks the loaded objects up to libc.so.6 once (later calls copy the first
+ * walk's result) and fills *load.  No allocation, no system call. */
+void vmap_backend_walk(struct vmap_load *load);
+/* The walk, and libc.so.6's tables checked; 0, or -1 after printing why.
+ * glibc's functions themselves are looked up on their first call. */
 int vmap_backend_init(struct vmap_load *load);
 
 /* The default-version definition of `name` in the loaded object whose file
