@@ -236,6 +236,10 @@ bool vmap_is_inert(void)
 	return vmap_inert;
 }
 
+/* No VMAPALLOC_* variable in the environment at start (vmap_init_at_start):
+ * the options are the defaults, whatever environ holds at the first call. */
+static bool vmap_env_quiet VMAP_HOT;
+
 __attribute__((noinline, cold)) static void init_slow(void)
 {
 	if (vmap_tls_in_init)
@@ -263,8 +267,12 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_say(load.asan, " (AddressSanitizer) is loaded after vmapalloc: malloc is "
 			 "vmapalloc's, so ASan does not check heap blocks (run ASan programs "
 			 "without vmapalloc)", NULL);
-	bool secure = getauxval(AT_SECURE) != 0;
-	vmap_options_parse(environ ? environ : env_from_proc(), secure);
+	if (vmap_env_quiet) {
+		vmap_options_parse(NULL, false); /* none at start (vmap_init_at_start) */
+	} else {
+		bool secure = getauxval(AT_SECURE) != 0;
+		vmap_options_parse(environ ? environ : env_from_proc(), secure);
+	}
 	if (vmap_opt.help) {
 		vmap_options_print(1, false);
 		vmap_os_exit(0);
@@ -356,6 +364,39 @@ static inline void enter(void)
 void vmap_init(void)
 {
 	enter();
+}
+
+/*
+ * The library's constructor, for the processes whose first call comes later
+ * or never (/bin/true allocates nothing).  What it must do at start: check
+ * the options (a bad VMAPALLOC_* value gets its line, HELP its answer, STATS
+ * its start time and destination) and say the conditions that turn
+ * vmapalloc off or make it unsafe (loaded after libc, a valgrind tool, ASan
+ * after us) -- all of which init does.  Without any VMAPALLOC_* variable and
+ * with none of those conditions, nothing of that has anything to say, so init
+ * waits for the first call, as it does in every process that allocates
+ * before this constructor runs: a process that never calls pays no init
+ * (issue 5: /bin/true, 2.9k instructions, a system call (the start time) and
+ * two page faults (pthread_atfork's) fewer).  What moves with it: the fork
+ * handlers are registered at the first call (registered later than some
+ * other handler, ours run before it in prepare; alloc.c's re-entry window
+ * covers handlers on either side), the report's "after start" counts from
+ * the first call, and the options are the defaults even if environ gains a
+ * VMAPALLOC_* variable before it (vmap_env_quiet): read at start, as before.
+ * The walk to libc (no system call) runs here and is kept for init.
+ */
+void vmap_init_at_start(void)
+{
+	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) == INIT_NONE && environ) {
+		struct vmap_load load;
+		vmap_backend_walk(&load);
+		if (load.libc_found && load.self_index && !load.valgrind && !load.asan &&
+		    !vmap_options_in_env(environ)) {
+			vmap_env_quiet = true;
+			return;
+		}
+	}
+	vmap_init();
 }
 
 static inline void count(enum vmap_stat s)

@@ -78,6 +78,7 @@ static inline void vmap_depth_leave(void)
 
 /* Life cycle. */
 void vmap_init(void);            /* idempotent; every entry point calls it */
+void vmap_init_at_start(void);   /* the library's constructor (see alloc.c) */
 void vmap_at_exit(void);         /* the destructor: the report */
 /* Around glibc's _Fork (preload/fork.c), which runs no fork handler: the
  * handlers fork() runs, when vmapalloc is initialised. */

@@ -311,6 +311,14 @@ static void report_bad(const struct vmap_option_desc *d, const char *value)
 	vmap_buf_flush(&b);
 }
 
+bool vmap_options_in_env(char *const *envp)
+{
+	for (char *const *e = envp; *e; e++)
+		if ((*e)[0] == 'V' && str_eq_n(*e, prefix, PREFIX_LEN))
+			return true;
+	return false;
+}
+
 int vmap_options_parse(char *const *envp, bool secure)
 {
 	vmap_options_defaults();

@@ -42,6 +42,9 @@ extern struct vmap_options vmap_opt;
 int vmap_options_parse(char *const *envp, bool secure);
 void vmap_options_defaults(void);
 
+/* Whether envp holds any VMAPALLOC_* entry (a few compares per entry). */
+bool vmap_options_in_env(char *const *envp);
+
 /* Writes the option table (HELP) or the effective values (VERBOSE) to fd. */
 void vmap_options_print(int fd, bool effective);
 

@@ -134,10 +134,11 @@ EXPORT int vmapalloc_stats_print(int fd, int format)
 }
 
 /* A constructor as well as lazy init: programs that never allocate still get
- * their options checked (and VMAPALLOC_HELP answered). */
+ * their options checked (and VMAPALLOC_HELP answered); with no option set and
+ * nothing to say, init waits for the first call (alloc.c vmap_init_at_start). */
 __attribute__((constructor)) static void vmapalloc_ctor(void)
 {
-	vmap_init();
+	vmap_init_at_start();
 	vmap_profile_start(); /* loads libunwind if VMAPALLOC_PROFILE=1: not inside malloc */
 }
 __attribute__((destructor)) static void vmapalloc_dtor(void) { vmap_at_exit(); }

@@ -63,6 +63,22 @@ Test(options, empty_environment_gives_defaults_and_no_problems)
 	cr_assert_eq(vmap_opt.shards, 0);
 }
 
+/* The constructor's test (alloc.c vmap_init_at_start): any VMAPALLOC_*
+ * entry, accepted, bad, unknown or without '=', means init at start. */
+Test(options, any_vmapalloc_entry_is_seen_in_the_environment)
+{
+	char *none[] = {"PATH=/usr/bin", "VMAPALLO_X=1", "vmapalloc_stats=1", "XVMAPALLOC_STATS=1", NULL};
+	cr_assert_not(vmap_options_in_env(none));
+	char *empty[] = {NULL};
+	cr_assert_not(vmap_options_in_env(empty));
+	const char *const some[] = {"VMAPALLOC_STATS=1", "VMAPALLOC_NO_SUCH=2", "VMAPALLOC_HELP",
+				    "VMAPALLOC_SMALL_MAX=12Q"};
+	for (size_t i = 0; i < sizeof some / sizeof some[0]; i++) {
+		char *env[] = {"PATH=/usr/bin", (char *)some[i], "HOME=/", NULL};
+		cr_assert(vmap_options_in_env(env), "%s", some[i]);
+	}
+}
+
 Test(options, parse_resets_earlier_values_to_defaults)
 {
 	const char *a[] = {"VMAPALLOC_SHARDS=7", NULL};
