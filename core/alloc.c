@@ -282,8 +282,16 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	 * made by the second thread: neither is of use to a single-threaded
 	 * process making small allocations (issue 5: a system call and libc's
 	 * key table page fewer in every process). */
-	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN)
+	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN) {
 		slab_switch_on(); /* its slabs come from the arena, set up with the first */
+		/* glibc sets its allocator up on its first call, unlocked: it counts
+		 * on that call coming before any second thread, which here, with
+		 * every small request served by the slabs, need not be so (threads
+		 * racing first calls to mallinfo2, malloc_trim, mallopt: a crash in
+		 * int_mallinfo or "a->attached_threads > 0", api-lazy_libc-builtin,
+		 * 1-7 runs in 300).  One call now, while init holds the others. */
+		(void)vmap_libc.mallinfo2();
+	}
 	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
 		vmap_auto_after = (uint32_t)vmap_opt.auto_after;
 	vmap_large_above = vmap_opt.small_max;
