@@ -20,13 +20,29 @@
 
 enum vmap_opt_type { T_SIZE, T_UINT, T_BOOL, T_ENUM, T_STR };
 
+/*
+ * No pointer in the table: the names and choices are inline arrays, the docs
+ * are reached by their offset in one block (option_docs).  A pointer each
+ * was a relocation that ld.so applied at load in every process, 78 of them,
+ * in the page of data it writes (issue 5); now the table is read-only data.
+ */
 struct vmap_option_desc {
-	const char *name;
+	char name[24];    /* longest: PROFILE_LARGE_SAMPLE */
+	char choices[24]; /* longest: none|USR1|USR2|PROF */
 	enum vmap_opt_type type;
+	uint32_t doc;     /* offset in option_docs */
 	uint64_t def, min, max;
-	const char *choices;
-	const char *doc;
 	size_t offset;
+};
+
+static const struct option_docs {
+#define X(NAME, field, type, def, min, max, choices, doc) char field[sizeof(doc)];
+#include "options.def"
+#undef X
+} option_docs = {
+#define X(NAME, field, type, def, min, max, choices, doc) doc,
+#include "options.def"
+#undef X
 };
 
 #define VMAP_STR_MAX 256
@@ -38,7 +54,8 @@ static char vmap_opt_str_unset[1] VMAP_HOT;
 
 static const struct vmap_option_desc vmap_options_table[VMAP_OPT_COUNT] = {
 #define X(NAME, field, type, def, min, max, choices, doc) \
-	{#NAME, T_##type, (uint64_t)(def), (uint64_t)(min), (uint64_t)(max), choices, doc, \
+	{#NAME, choices, T_##type, __builtin_offsetof(struct option_docs, field), \
+	 (uint64_t)(def), (uint64_t)(min), (uint64_t)(max), \
 	 __builtin_offsetof(struct vmap_options, field)},
 #include "options.def"
 #undef X
@@ -387,7 +404,7 @@ void vmap_options_print(int fd, bool effective)
 		}
 		print_value(&b, d, d->def, "");
 		vmap_buf_str(&b, "\n      ");
-		vmap_buf_str(&b, d->doc);
+		vmap_buf_str(&b, (const char *)&option_docs + d->doc);
 		vmap_buf_str(&b, "\n      accepts ");
 		describe_accepted(&b, d);
 		vmap_buf_char(&b, '\n');

@@ -55,7 +55,8 @@
 
 #define REPORT_VERSION 1
 
-static const char *const stat_names[VMAP_STAT_COUNT] = {
+/* Inline arrays, not pointers: no relocation for ld.so at load (issue 5). */
+static const char stat_names[VMAP_STAT_COUNT][32] = {
 #define X(name, kind, doc) #name,
 #include "stats.def"
 #undef X
