@@ -5,10 +5,12 @@
  * fault (4-5 us on the reference VM), two when a read maps the page before
  * the first write.  Init writes some variables in every process, so the
  * variables that init, the small-allocation path and exit read or write are
- * gathered in one input section of .data -- one page, the first of .data --
- * instead of lying scattered among the 200 KiB of zeroed buffers (.bss) that
- * only some processes use (issue 5).  A variable marked VMAP_HOT must be
- * small; the whole set stays well under a page.
+ * gathered in one input section of .data -- in the first page of the
+ * read-write segment, with what ld.so relocates there at load anyway
+ * (preload/bss.ld) -- instead of lying scattered among the 200 KiB of zeroed
+ * buffers (.bss) that only some processes use (issue 5).  A variable marked
+ * VMAP_HOT must be small: the relocated data and the whole set share that
+ * page (tests/preload/api/pages.c checks).
  */
 #ifndef VMAP_SECTION_H
 #define VMAP_SECTION_H
