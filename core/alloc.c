@@ -236,6 +236,22 @@ bool vmap_is_inert(void)
 	return vmap_inert;
 }
 
+/*
+ * glibc's __register_atfork (what pthread_atfork, from libc_nonshared.a,
+ * calls) looked up by init rather than imported: an import cost every
+ * process, allocating or not, a symbol look-up and a version (GLIBC_2.3.2)
+ * check at load (issue 5).  No DSO handle: the library is never unloaded
+ * (-z nodelete), so the handlers need no unregistering.
+ */
+static void register_fork_handlers(void)
+{
+	int (*reg)(void (*)(void), void (*)(void), void (*)(void), void *) =
+		(__typeof__(reg))vmap_elf_symbol(LIBC_SO, "__register_atfork");
+	if (!reg || reg(fork_prepare, fork_parent, fork_child, NULL) != 0)
+		vmap_say("cannot register fork handlers (glibc's __register_atfork): ",
+			 "a child forked while another thread allocates may hang", NULL);
+}
+
 /* No VMAPALLOC_* variable in the environment at start (vmap_init_at_start):
  * the options are the defaults, whatever environ holds at the first call. */
 static bool vmap_env_quiet VMAP_HOT;
@@ -303,7 +319,7 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	vmap_profile_init();
 	if (vmap_opt.verbose)
 		vmap_options_print(2, true);
-	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	register_fork_handlers();
 	vmap_tls_seen = true;
 	__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
 	vmap_tls_in_init = false;

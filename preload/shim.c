@@ -143,10 +143,6 @@ __attribute__((constructor)) static void vmapalloc_ctor(void)
 }
 __attribute__((destructor)) static void vmapalloc_dtor(void) { vmap_at_exit(); }
 
-/* Linked with -nostartfiles: crtbeginS.o's __dso_handle, which pthread_atfork
- * (libc_nonshared.a) passes to glibc, identifies this object. */
-__attribute__((visibility("hidden"))) void *__dso_handle = &__dso_handle;
-
 /* Contents for the output section that holds the .bss (preload/bss.ld): with
  * one byte that has them, the section is PROGBITS, zeros in the file, and
  * the linker does not warn about the type changing. */
