@@ -104,7 +104,7 @@ void vmap_buf_invalid_pointer(struct vmap_buf *b, const char *who, const void *p
 
 void vmap_buf_bytes(struct vmap_buf *b, uint64_t v)
 {
-	static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+	static const char unit[][4] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
 	if (v < 1024) {
 		vmap_buf_u64(b, v);
 		vmap_buf_str(b, " B");

@@ -1198,10 +1198,11 @@ static void locate_in_signal(struct symbolizer *z, uintptr_t addr, struct frame_
 /* ---- the report ------------------------------------------------------------ */
 
 enum { BY_BYTES, BY_COUNT, BY_LIVE, NTABLES };
-static const char *const table_title[NTABLES] = {"by bytes allocated", "by number of allocations",
-						 "still live (leak candidates at exit)"};
-static const char *const table_key[NTABLES] = {"by_bytes", "by_count", "live"};
-static const char *const kind_name[] = {"small", "large", "mmap"};
+/* Arrays of arrays, not of pointers: no relocations at load (issue 5). */
+static const char table_title[NTABLES][40] = {"by bytes allocated", "by number of allocations",
+					      "still live (leak candidates at exit)"};
+static const char table_key[NTABLES][12] = {"by_bytes", "by_count", "live"};
+static const char kind_name[][8] = {"small", "large", "mmap"};
 
 /* A site of sampled blocks: its figures are estimates. */
 static bool estimated(const struct vmap_site *s)

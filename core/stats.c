@@ -206,7 +206,7 @@ static uint64_t count_mappings(void)
 /* ---- the figures of one report ----------------------------------------- */
 
 enum { WHEN_EXIT, WHEN_SIGNAL, WHEN_REQUEST };
-static const char *const when_name[] = {"exit", "signal", "request"};
+static const char when_name[][8] = {"exit", "signal", "request"};
 
 static uint64_t start_ns VMAP_HOT;
 static int parent_pid;
@@ -276,7 +276,7 @@ static void collect(struct figures *f, int when)
 
 /* Free-run lists are [big * NSTATES + enum vmap_run_state] (range.h). */
 #define NSTATES (VMAP_RUN_LISTS / 2)
-static const char *const state_names[] = {"zero", "dirty", "advised", "guarded", "protected"};
+static const char state_names[][12] = {"zero", "dirty", "advised", "guarded", "protected"};
 
 static const char *state_name(unsigned k)
 {
@@ -746,8 +746,8 @@ void vmap_stats_xml(struct vmap_buf *b)
 		vmap_buf_u64(b, f.v[i]);
 		vmap_buf_str(b, "\"/>\n");
 	}
-	static const char *const sys[] = {"resident_bytes", "resident_peak_bytes",
-					  "small_bytes_in_use", "small_heap_bytes", "mappings"};
+	static const char sys[][24] = {"resident_bytes", "resident_peak_bytes", "small_bytes_in_use",
+				       "small_heap_bytes", "mappings"};
 	uint64_t val[] = {f.rss, f.hwm, f.small_in_use, f.small_heap, f.maps};
 	for (unsigned i = 0; i < sizeof val / sizeof val[0]; i++) {
 		vmap_buf_str(b, "<system name=\"");
