@@ -409,7 +409,7 @@ void vmap_init(void)
  * VMAPALLOC_* variable before it (vmap_env_quiet): read at start, as before.
  * The walk to libc (no system call) runs here and is kept for init.
  */
-void vmap_init_at_start(void)
+VMAP_START_TEXT void vmap_init_at_start(void)
 {
 	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) == INIT_NONE && environ) {
 		struct vmap_load load;
@@ -1435,7 +1435,7 @@ void vmap_fork_hook_after(bool child)
 		fork_parent();
 }
 
-void vmap_at_exit(void)
+VMAP_START_TEXT void vmap_at_exit(void)
 {
 	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
 		return;

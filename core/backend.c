@@ -53,7 +53,7 @@ struct elf_tables {
 	const ElfW(Dyn) *dyn; /* vmap_backend_init's walk: libc's, read later */
 };
 
-static bool str_eq(const char *a, const char *b)
+VMAP_START_TEXT static bool str_eq(const char *a, const char *b)
 {
 	while (*a && *a == *b)
 		a++, b++;
@@ -64,7 +64,7 @@ static bool str_eq(const char *a, const char *b)
  * runs through the directories 16 bytes at a time), as the walk at start
  * does for every object before libc (callgrind, /bin/true: 1.2k -> 0.8k
  * instructions for the walk's callbacks). */
-static const char *base_name(const char *name)
+VMAP_START_TEXT static const char *base_name(const char *name)
 {
 	const char *p = name + __builtin_strlen(name);
 	while (p > name && p[-1] != '/')
@@ -72,7 +72,7 @@ static const char *base_name(const char *name)
 	return p;
 }
 
-static bool starts_with(const char *s, const char *prefix)
+VMAP_START_TEXT static bool starts_with(const char *s, const char *prefix)
 {
 	while (*prefix && *s == *prefix)
 		s++, prefix++;
@@ -80,7 +80,7 @@ static bool starts_with(const char *s, const char *prefix)
 }
 
 /* [lo, hi) of the object's PT_LOAD segments. */
-static void image_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi)
+VMAP_START_TEXT static void image_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi)
 {
 	uintptr_t l = UINTPTR_MAX, h = 0;
 	for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -115,7 +115,13 @@ extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
  *  - libasan: an ASan-built program (its runtime after us: ASan lets it run
  *    only with verify_asan_link_order=0, and then its heap checks are off).
  */
-static void note_order(struct elf_tables *t, const struct dl_phdr_info *info, const char *base)
+/* The names the walk at start compares with (section.h VMAP_START_DATA). */
+static const char vgpreload[] VMAP_START_DATA = "vgpreload_";
+static const char vgpreload_core[] VMAP_START_DATA = "vgpreload_core";
+static const char libasan[] VMAP_START_DATA = "libasan.so";
+static const char libc_so[] VMAP_START_DATA = LIBC_SO;
+
+VMAP_START_TEXT static void note_order(struct elf_tables *t, const struct dl_phdr_info *info, const char *base)
 {
 	struct vmap_load *l = t->load;
 	if (t->index++ == 0)
@@ -124,9 +130,9 @@ static void note_order(struct elf_tables *t, const struct dl_phdr_info *info, co
 		l->self_index = t->index;
 		return;
 	}
-	if (base[0] == 'v' && starts_with(base, "vgpreload_") && !starts_with(base, "vgpreload_core"))
+	if (base[0] == 'v' && starts_with(base, vgpreload) && !starts_with(base, vgpreload_core))
 		l->valgrind = base;
-	else if (base[0] == 'l' && starts_with(base, "libasan.so") && l->self_index > 1)
+	else if (base[0] == 'l' && starts_with(base, libasan) && l->self_index > 1)
 		l->asan = base;
 }
 
@@ -149,7 +155,7 @@ static void read_dynamic(struct elf_tables *t, uintptr_t base, const ElfW(Dyn) *
 	t->base = base;
 }
 
-static const ElfW(Dyn) *dynamic_of(const struct dl_phdr_info *info)
+VMAP_START_TEXT static const ElfW(Dyn) *dynamic_of(const struct dl_phdr_info *info)
 {
 	for (int i = 0; i < info->dlpi_phnum; i++)
 		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
@@ -173,7 +179,7 @@ static struct {
 	struct vmap_load load;
 } libc_where VMAP_HOT;
 
-static int find_object(struct dl_phdr_info *info, size_t size, void *data)
+VMAP_START_TEXT static int find_object(struct dl_phdr_info *info, size_t size, void *data)
 {
 	(void)size;
 	struct elf_tables *t = data;
@@ -258,7 +264,7 @@ static bool tables_ok(const struct elf_tables *t)
 /* The walk itself: *load, and where libc.so.6 is (base, dyn); published in
  * libc_where by the first walker to finish (a signal handler that walks while
  * the walk it interrupted publishes uses its own result: nobody waits). */
-static void walk(struct vmap_load *load, uintptr_t *base, const ElfW(Dyn) **dyn)
+VMAP_START_TEXT static void walk(struct vmap_load *load, uintptr_t *base, const ElfW(Dyn) **dyn)
 {
 	if (__atomic_load_n(&libc_where.state, __ATOMIC_ACQUIRE) == 2) {
 		*load = libc_where.load;
@@ -266,7 +272,7 @@ static void walk(struct vmap_load *load, uintptr_t *base, const ElfW(Dyn) **dyn)
 		*dyn = libc_where.dyn;
 		return;
 	}
-	struct elf_tables t = {.want = LIBC_SO, .load = load};
+	struct elf_tables t = {.want = libc_so, .load = load};
 	*load = (struct vmap_load){0};
 	load->libc_found = dl_iterate_phdr(find_object, &t) != 0;
 	*base = t.base;
@@ -315,7 +321,7 @@ void *vmap_elf_symbol_version(const char *object, const char *name, const char *
 	return find(object, &t) ? lookup_version(&t, name, version) : NULL;
 }
 
-void vmap_backend_walk(struct vmap_load *load)
+VMAP_START_TEXT void vmap_backend_walk(struct vmap_load *load)
 {
 	uintptr_t base;
 	const ElfW(Dyn) *dyn;

@@ -80,7 +80,7 @@ void vmap_options_defaults(void)
 	}
 }
 
-static bool str_eq_n(const char *a, const char *b, size_t n)
+VMAP_START_TEXT static bool str_eq_n(const char *a, const char *b, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		if (a[i] != b[i])
@@ -269,7 +269,7 @@ static unsigned edit_distance(const char *a, size_t na, const char *b, size_t nb
 	return row[nb];
 }
 
-static const char prefix[] = "VMAPALLOC_";
+static const char prefix[] VMAP_START_DATA = "VMAPALLOC_";
 #define PREFIX_LEN (sizeof prefix - 1)
 
 static void report_unknown(const char *name, size_t n, const char *value)
@@ -328,7 +328,7 @@ static void report_bad(const struct vmap_option_desc *d, const char *value)
 	vmap_buf_flush(&b);
 }
 
-bool vmap_options_in_env(char *const *envp)
+VMAP_START_TEXT bool vmap_options_in_env(char *const *envp)
 {
 	for (char *const *e = envp; *e; e++)
 		if ((*e)[0] == 'V' && str_eq_n(*e, prefix, PREFIX_LEN))

@@ -221,7 +221,7 @@ void vmap_profile_init(void)
 #endif
 }
 
-void vmap_profile_start(void)
+VMAP_START_TEXT void vmap_profile_start(void)
 {
 #ifdef VMAP_HAVE_LIBUNWIND
 	if (!vmap_opt.profile || vmap_profile_on || !sites || !site_index)

@@ -17,6 +17,23 @@
 
 #define VMAP_HOT __attribute__((section(".data.vmap_hot")))
 
+/*
+ * The code and constants that a process which never allocates runs besides
+ * ld.so: the constructor's way out when no option is set (alloc.c
+ * vmap_init_at_start: the walk to libc, the scan of environ) and the
+ * destructor's.  In .text.startup, beside the constructor, which the linker
+ * puts at the start of .text, they lie in the first 64 KiB of the file with
+ * the headers and symbol tables ld.so reads anyway, so that the first page
+ * fault maps them all (fault-around).  Spread over the library they cost
+ * /bin/true a page fault more whenever the file's pages sit in the page cache
+ * in small folios, as they do in a file the linker has just written (issue 5:
+ * 57.0 -> 55.4 faults per process for the build directory's library).
+ * VMAP_START_DATA: the strings they compare with, in a section of their own
+ * that the linker places there too.
+ */
+#define VMAP_START_TEXT __attribute__((section(".text.startup")))
+#define VMAP_START_DATA __attribute__((section(".text.startup.vmap_data")))
+
 /* On the declaration of a variable the fast paths read from another file:
  * -fvisibility=hidden covers definitions only, so without it the compiler
  * loads the address from the GOT first (one instruction more a read). */
