@@ -78,17 +78,9 @@ __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 				     vmap_reentered(),
 			     0))
 		return vmap_free_slow(p); /* a large block, another thread's slab */
-	void **o = vmap_slab_check(d, p, "free");
-	uintptr_t mark = vmap_slab_key ^ a;
-	if (__builtin_expect((uintptr_t)o[1] == mark, 0))
-		vmap_slab_die("free", p, "double free: the block was already freed");
-	o[1] = (void *)mark;
+	void **o = vmap_slab_mark_free(d, p, "free");
 	vmap_depth_enter();
-	o[0] = d->free;
-	d->free = o;
-	d->used--;
-	uint8_t st = __atomic_load_n(&d->state, __ATOMIC_RELAXED);
-	if (__builtin_expect(st != SLAB_CUR, 0) && (st == SLAB_FULL || d->used == 0))
+	if (vmap_slab_push(d, o))
 		return vmap_free_fast_move(h, d);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))

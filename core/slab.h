@@ -158,25 +158,39 @@ static inline void **vmap_slab_check(struct vmap_slab *d, const void *p, const c
 	return (void **)p;
 }
 
-/* Frees object p of slab d; a pointer that is not an object's start, or an
- * object already free, stops the program with one line naming `who`. */
-static inline void vmap_slab_free(struct vmap_slab *d, void *p, const char *who)
+/* Checks that p is the start of an object of slab d that is not free, and
+ * marks it free; otherwise stops the program with one line naming `who`. */
+static inline void **vmap_slab_mark_free(struct vmap_slab *d, void *p, const char *who)
 {
 	void **o = vmap_slab_check(d, p, who);
 	uintptr_t mark = vmap_slab_key ^ (uintptr_t)p;
 	if (__builtin_expect((uintptr_t)o[1] == mark, 0))
 		vmap_slab_die(who, p, "double free: the block was already freed");
 	o[1] = (void *)mark;
+	return o;
+}
+
+/* The owner, in a section: pushes o onto d's free list.  True when d has to
+ * change lists (full -> partial, partial -> given back: the caller calls
+ * vmap_slab_owner_free_slow); the current slab stays, even empty. */
+static inline bool vmap_slab_push(struct vmap_slab *d, void **o)
+{
+	o[0] = d->free;
+	d->free = o;
+	d->used--;
+	uint8_t st = __atomic_load_n(&d->state, __ATOMIC_RELAXED);
+	return __builtin_expect(st != SLAB_CUR, 0) && (st == SLAB_FULL || d->used == 0);
+}
+
+/* Frees object p of slab d; a pointer that is not an object's start, or an
+ * object already free, stops the program with one line naming `who`. */
+static inline void vmap_slab_free(struct vmap_slab *d, void *p, const char *who)
+{
+	void **o = vmap_slab_mark_free(d, p, who);
 	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) == h && h, 1)) {
 		vmap_depth_enter();
-		o[0] = d->free;
-		d->free = o;
-		d->used--;
-		/* The current slab stays, even empty; another one may have to
-		 * change lists: full -> partial, partial -> given back. */
-		uint8_t st = __atomic_load_n(&d->state, __ATOMIC_RELAXED);
-		if (__builtin_expect(st != SLAB_CUR, 0) && (st == SLAB_FULL || d->used == 0))
+		if (vmap_slab_push(d, o))
 			vmap_slab_owner_free_slow(h, d);
 		vmap_depth_leave();
 	} else {
