@@ -498,7 +498,7 @@ static inline void *small_malloc(size_t size)
 		if (__builtin_expect(p != NULL, 1))
 			return p;
 	}
-	void *p = vmap_libc.malloc ? vmap_libc.malloc(size) : NULL; /* or no slab could be had */
+	void *p = vmap_libc.malloc(size); /* or no slab could be had */
 	return __builtin_expect(p != NULL, 1) ? p : small_refused(size);
 }
 
@@ -514,8 +514,7 @@ static void *small_memalign(size_t align, size_t size)
 
 static inline void small_free(void *p)
 {
-	if (vmap_libc.free)
-		vmap_libc.free(p);
+	vmap_libc.free(p);
 }
 
 /* ---- foreign pointers: neither ours nor glibc's ---------------------------- */
@@ -1034,7 +1033,7 @@ void *vmap_calloc(size_t n, size_t size)
 			if (p)
 				memset(p, 0, total);
 		} else {
-			p = vmap_libc.calloc ? vmap_libc.calloc(n, size) : NULL;
+			p = vmap_libc.calloc(n, size);
 		}
 		if (!p)
 			errno = ENOMEM;

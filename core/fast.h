@@ -53,12 +53,7 @@ __attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
 			return vmap_malloc_refill(size);
 		return vmap_malloc_slow(size); /* refills */
 	}
-	void *next = o[0];
-	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
-		vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
-	d->free = next;
-	d->used++;
-	o[1] = NULL;
+	vmap_slab_pop(d, o);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return vmap_malloc_fast_leave(h, o);

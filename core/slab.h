@@ -107,6 +107,18 @@ static inline unsigned vmap_slab_class(size_t size)
 	return 8 + (lg - 7) * 4 + (unsigned)(s >> (lg - 2)) - 4;
 }
 
+/* The owner, in a section: takes o, the first object of d's free list, off
+ * it.  A link that leaves the slab was written by the program after free. */
+static inline void vmap_slab_pop(struct vmap_slab *d, void **o)
+{
+	void *next = o[0];
+	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
+		vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
+	d->free = next;
+	d->used++;
+	o[1] = NULL; /* the double-free mark */
+}
+
 /* Pops an object of class c; NULL when no slab could be had.  The caller
  * has checked that this thread is not re-entered (alloc.h). */
 static inline void *vmap_slab_take(struct vmap_heap *h, unsigned c)
@@ -122,13 +134,7 @@ static inline void *vmap_slab_take(struct vmap_heap *h, unsigned c)
 		}
 		o = (void **)d->free;
 	}
-	void *next = o[0];
-	/* A link that leaves the slab was written by the program after free. */
-	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
-		vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
-	d->free = next;
-	d->used++;
-	o[1] = NULL; /* the double-free mark */
+	vmap_slab_pop(d, o);
 	vmap_depth_leave();
 	return o;
 }
