@@ -159,15 +159,9 @@ static char *env_ptrs[1024];
 /* environ is not set yet when ld.so itself allocates: read the kernel's copy. */
 static char **env_from_proc(void)
 {
-	int fd = vmap_os_open("/proc/self/environ", 0, 0);
-	if (fd < 0)
+	long n = vmap_os_read_file("/proc/self/environ", env_buf, sizeof env_buf);
+	if (n < 0)
 		return NULL;
-	long n = 0, r;
-	while (n < (long)sizeof env_buf - 1 &&
-	       (r = vmap_os_read(fd, env_buf + n, sizeof env_buf - 1 - (size_t)n)) > 0)
-		n += r;
-	vmap_os_close(fd);
-	env_buf[n < 0 ? 0 : n] = '\0';
 	size_t k = 0;
 	for (long i = 0; i < n && k < 1023; i++) {
 		if (i == 0 || env_buf[i - 1] == '\0')

@@ -62,12 +62,6 @@
 #ifndef MAP_HUGETLB
 #define MAP_HUGETLB 0x40000
 #endif
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4
-#endif
-#ifndef MADV_GUARD_INSTALL
-#define MADV_GUARD_INSTALL 102
-#endif
 
 #define SERVED_MAX ((size_t)1 << 36) /* 64 GiB: larger requests go to the kernel */
 /* Ranges ending above the user address space are the kernel's EINVAL
@@ -391,8 +385,7 @@ static void realize_attrs(uintptr_t x, size_t len, unsigned v)
 	if (v & VA_MERGEABLE)
 		vmap_os_madvise(p, len, MADV_MERGEABLE);
 	if (v & VA_LOCKED)
-		vmap_os_syscall6(SYS_mlock2, (long)x, (long)len, (v & VA_ONFAULT) ? 1 /* MLOCK_ONFAULT */ : 0,
-				 0, 0, 0);
+		vmap_os_mlock(p, len, (v & VA_ONFAULT) ? 1 /* MLOCK_ONFAULT */ : 0);
 	if ((v & VA_PROT) != VA_FRESH)
 		vmap_os_mprotect(p, len, (int)(v & VA_PROT));
 }
@@ -836,10 +829,10 @@ static int kernel_op(struct apply *ap, uintptr_t a, size_t len)
 	case OP_MADVISE: return vmap_os_madvise((void *)a, len, (int)ap->arg);
 	case OP_MINCORE:
 		return vmap_os_mincore((void *)a, len, ap->vec + ((a - ap->start) >> VMAP_PAGE_SHIFT));
-	case OP_MLOCK: return (int)vmap_os_syscall6(SYS_mlock, (long)a, (long)len, 0, 0, 0, 0);
-	case OP_MUNLOCK: return (int)vmap_os_syscall6(SYS_munlock, (long)a, (long)len, 0, 0, 0, 0);
+	case OP_MLOCK: return vmap_os_mlock((void *)a, len, 0);
+	case OP_MUNLOCK: return vmap_os_munlock((void *)a, len);
 	case OP_MLOCK2:
-		return (int)vmap_os_syscall6(SYS_mlock2, (long)a, (long)len, ap->arg, 0, 0, 0);
+		return vmap_os_mlock((void *)a, len, (unsigned)ap->arg);
 	case OP_MSEAL: return 0; /* done by vmap_mseal, for the whole range */
 	}
 	return -EINVAL;
@@ -1474,9 +1467,6 @@ copied:
  * mprotect and madvise meet the kernel's own seal.  Foreign pieces are the
  * kernel's (its munmap refuses them).  A kernel without mseal: ENOSYS.
  */
-#ifndef SYS_mseal
-#define SYS_mseal 462
-#endif
 
 static int seal_check(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
 {
@@ -1509,15 +1499,15 @@ int vmap_mseal(void *addr, size_t len, unsigned long flags)
 	uintptr_t e = a + rounded;
 	if (!vmap_opt.mmap || !vmap_range_enabled() || flags || (a & (VMAP_PAGE - 1)) || !rounded ||
 	    e < a || !overlaps_arena(a, e))
-		return (int)vmap_os_syscall6(SYS_mseal, (long)addr, (long)len, (long)flags, 0, 0, 0);
+		return vmap_os_mseal(addr, len, flags);
 	/* Does this kernel have it?  (mseal(0, 0, 0) is a no-op that succeeds.) */
-	int have = (int)vmap_os_syscall6(SYS_mseal, 0, 0, 0, 0, 0, 0);
+	int have = vmap_os_mseal(NULL, 0, 0);
 	if (have)
 		return have;
 	int rc = walk(a, e, seal_check, NULL);
 	if (rc)
 		return rc;
-	rc = (int)vmap_os_syscall6(SYS_mseal, (long)addr, (long)len, 0, 0, 0, 0);
+	rc = vmap_os_mseal(addr, len, 0);
 	if (rc)
 		return rc;
 	struct apply ap = {OP_MSEAL, 0, NULL, a, true, false, 0};

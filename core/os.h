@@ -24,6 +24,23 @@
 #define VMAP_PAGE ((size_t)1 << VMAP_PAGE_SHIFT)
 #define VMAP_HUGE_PAGE ((size_t)2 << 20)
 
+/* Advice and flags newer than some of the headers vmapalloc builds with:
+ * defined once here, with the kernel's values. */
+#ifndef MADV_HUGEPAGE
+#define MADV_HUGEPAGE 14
+#define MADV_NOHUGEPAGE 15
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102 /* Linux 6.13 */
+#define MADV_GUARD_REMOVE 103
+#endif
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
 static inline int vmap_os_is_err(const void *p)
 {
 	return (uintptr_t)p >= (uintptr_t)-4095;
@@ -60,6 +77,12 @@ int vmap_os_map_hole(void *addr, size_t len);
  * writable with mprotect (charged then; F17). */
 void *vmap_os_reserve(size_t len, size_t align, int prot);
 
+/* Locking and sealing, as the program asked for them (mmap.c): mlock2 with
+ * flags (0 or MLOCK_ONFAULT), munlock, mseal; 0 or -errno. */
+int vmap_os_mlock(void *addr, size_t len, unsigned flags);
+int vmap_os_munlock(void *addr, size_t len);
+int vmap_os_mseal(void *addr, size_t len, unsigned long flags);
+
 /* Files, for /proc reads and the report. */
 int vmap_os_open(const char *path, int flags, int mode);
 long vmap_os_read(int fd, void *buf, size_t len);
@@ -69,6 +92,19 @@ int vmap_os_close(int fd);
 int vmap_os_dup_cloexec(int fd, int min);
 /* Writes all of buf (retrying short writes and EINTR); 0 or -errno. */
 int vmap_os_write_all(int fd, const void *buf, size_t len);
+/* The one reader of /proc (and other small files): up to cap - 1 bytes of
+ * path into buf, NUL-terminated (buf[0] = 0 on failure); the length read,
+ * or -errno when the file cannot be opened. */
+long vmap_os_read_file(const char *path, char *buf, size_t cap);
+/* The unsigned decimal number a file starts with (/proc/sys/vm/...,
+ * /proc/self/statm); 0 when it cannot be read. */
+uint64_t vmap_os_read_number(const char *path);
+/* lseek(fd, off, whence): the new offset or -errno. */
+long vmap_os_lseek(int fd, long off, int whence);
+/* process_vm_readv of len bytes at src in this process into dst: bytes read
+ * or -errno (-EFAULT when src is not mapped readable): a read that cannot
+ * fault. */
+long vmap_os_read_self(void *dst, const void *src, size_t len);
 
 /* Process. */
 int vmap_os_getpid(void);

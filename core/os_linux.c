@@ -168,6 +168,61 @@ int vmap_os_close(int fd)
 	return (int)SC(SYS_close, fd, 0, 0, 0, 0, 0);
 }
 
+long vmap_os_read_file(const char *path, char *buf, size_t cap)
+{
+	buf[0] = '\0';
+	int fd = vmap_os_open(path, O_RDONLY, 0);
+	if (fd < 0)
+		return fd;
+	long n = 0, r;
+	while (n < (long)cap - 1 && (r = vmap_os_read(fd, buf + n, cap - 1 - (size_t)n)) > 0)
+		n += r;
+	vmap_os_close(fd);
+	buf[n] = '\0';
+	return n;
+}
+
+uint64_t vmap_os_read_number(const char *path)
+{
+	char buf[64];
+	uint64_t v = 0;
+	if (vmap_os_read_file(path, buf, sizeof buf) <= 0)
+		return 0;
+	for (const char *c = buf; *c >= '0' && *c <= '9'; c++)
+		v = v * 10 + (uint64_t)(*c - '0');
+	return v;
+}
+
+long vmap_os_lseek(int fd, long off, int whence)
+{
+	return SC(SYS_lseek, fd, off, whence, 0, 0, 0);
+}
+
+long vmap_os_read_self(void *dst, const void *src, size_t len)
+{
+	struct iovec local = {dst, len};
+	struct iovec remote = {(void *)src, len};
+	return SC(SYS_process_vm_readv, vmap_os_getpid(), &local, 1, &remote, 1, 0);
+}
+
+int vmap_os_mlock(void *addr, size_t len, unsigned flags)
+{
+	return (int)SC(SYS_mlock2, addr, len, flags, 0, 0, 0);
+}
+
+int vmap_os_munlock(void *addr, size_t len)
+{
+	return (int)SC(SYS_munlock, addr, len, 0, 0, 0, 0);
+}
+
+#ifndef SYS_mseal
+#define SYS_mseal 462
+#endif
+int vmap_os_mseal(void *addr, size_t len, unsigned long flags)
+{
+	return (int)SC(SYS_mseal, addr, len, flags, 0, 0, 0);
+}
+
 int vmap_os_dup_cloexec(int fd, int min)
 {
 	return (int)SC(SYS_fcntl, fd, F_DUPFD_CLOEXEC, min, 0, 0, 0);
@@ -443,11 +498,7 @@ int vmap_os_futex_wait_ns(volatile uint32_t *word, uint32_t expected, uint64_t n
 int vmap_os_nthreads(void)
 {
 	char buf[1024];
-	int fd = vmap_os_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return fd;
-	long n = vmap_os_read(fd, buf, sizeof buf - 1);
-	vmap_os_close(fd);
+	long n = vmap_os_read_file("/proc/self/stat", buf, sizeof buf);
 	if (n <= 0)
 		return n < 0 ? (int)n : -EIO;
 	/* "pid (comm) state ppid ...": num_threads is field 20, the 18th after

@@ -200,12 +200,7 @@ void vmap_profile_init(void)
 {
 	if (!vmap_opt.profile || vmap_profile_on)
 		return;
-	int fd = vmap_os_open("/proc/self/cmdline", O_RDONLY, 0);
-	if (fd >= 0) {
-		long n = vmap_os_read(fd, program, sizeof program - 1);
-		vmap_os_close(fd);
-		program[n > 0 ? n : 0] = '\0';
-	}
+	vmap_os_read_file("/proc/self/cmdline", program, sizeof program);
 	sites = map_zeroed(SITE_MAX * sizeof *sites);
 	site_index = map_zeroed(SITE_INDEX * sizeof *site_index);
 	if (!sites || !site_index) {
@@ -339,11 +334,7 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
 /* Reads two words at a, or fails if they are not mapped (no fault). */
 static bool safe_read2(const uintptr_t *a, uintptr_t out[2])
 {
-	struct iovec local = {out, 2 * sizeof(uintptr_t)};
-	struct iovec remote = {(void *)a, 2 * sizeof(uintptr_t)};
-	long n = vmap_os_syscall6(SYS_process_vm_readv, vmap_os_getpid(), (long)&local, 1,
-				  (long)&remote, 1, 0);
-	return n == (long)(2 * sizeof(uintptr_t));
+	return vmap_os_read_self(out, a, 2 * sizeof(uintptr_t)) == (long)(2 * sizeof(uintptr_t));
 }
 
 /* Frame-pointer walk: [fp] = caller's fp, [fp + 8] = return address.  Stops
@@ -1081,7 +1072,7 @@ static void obj_load_symtab(struct sym_obj *o, const char *path)
 	int fd = vmap_os_open(path, O_RDONLY, 0);
 	if (fd < 0)
 		return;
-	long size = vmap_os_syscall6(SYS_lseek, fd, 0, SEEK_END, 0, 0, 0);
+	long size = vmap_os_lseek(fd, 0, SEEK_END);
 	if (size < (long)sizeof(ElfW(Ehdr))) {
 		vmap_os_close(fd);
 		return;

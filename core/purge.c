@@ -35,10 +35,6 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
-#ifndef MADV_GUARD_INSTALL
-#define MADV_GUARD_INSTALL 102
-#define MADV_GUARD_REMOVE 103
-#endif
 
 #include "counter.h"
 #include "options.h"

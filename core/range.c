@@ -61,20 +61,6 @@
 #include "profile.h"
 #include "section.h"
 
-#ifndef MADV_HUGEPAGE
-#define MADV_HUGEPAGE 14
-#define MADV_NOHUGEPAGE 15
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-#ifndef MADV_GUARD_INSTALL
-#define MADV_GUARD_INSTALL 102
-#define MADV_GUARD_REMOVE 103
-#endif
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4
-#endif
 
 struct vmap_region vmap_regions[VMAP_MAX_REGIONS];
 unsigned vmap_nregions;
@@ -174,26 +160,11 @@ static int region_add(size_t want, size_t at_least)
 	return 0;
 }
 
-/* The number a /proc file starts with, raw system calls; 0 if it cannot be
- * read. */
-static uint64_t proc_number(const char *path)
-{
-	char buf[64];
-	uint64_t v = 0;
-	int fd = vmap_os_open(path, 0, 0);
-	if (fd < 0)
-		return 0;
-	long n = vmap_os_read(fd, buf, sizeof buf - 1);
-	vmap_os_close(fd);
-	for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
-		v = v * 10 + (uint64_t)(buf[i] - '0');
-	return v;
-}
 
 /* VmSize from /proc/self/statm (its first field, in pages). */
 static uint64_t proc_vsize(void)
 {
-	return proc_number("/proc/self/statm") << VMAP_PAGE_SHIFT;
+	return vmap_os_read_number("/proc/self/statm") << VMAP_PAGE_SHIFT;
 }
 
 /*
@@ -210,7 +181,7 @@ uint64_t vmap_vma_budget(void)
 	static uint64_t budget;
 	uint64_t b = __atomic_load_n(&budget, __ATOMIC_RELAXED);
 	if (!b) {
-		uint64_t max = proc_number("/proc/sys/vm/max_map_count");
+		uint64_t max = vmap_os_read_number("/proc/sys/vm/max_map_count");
 		b = (max ? max : 65530) / 4;
 		b = b ? b : 1;
 		__atomic_store_n(&budget, b, __ATOMIC_RELAXED);

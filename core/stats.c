@@ -132,21 +132,6 @@ static uint64_t stat_peek(unsigned i)
 
 /* ---- what the system says: /proc, read with raw system calls ------------ */
 
-/* Reads up to cap-1 bytes of a small file; the length (0 on failure). */
-static long read_small(const char *path, char *buf, size_t cap)
-{
-	int fd = vmap_os_open(path, O_RDONLY, 0);
-	if (fd < 0) {
-		buf[0] = '\0';
-		return 0;
-	}
-	long n = 0, r;
-	while (n < (long)cap - 1 && (r = vmap_os_read(fd, buf + n, cap - 1 - (size_t)n)) > 0)
-		n += r;
-	vmap_os_close(fd);
-	buf[n] = '\0';
-	return n;
-}
 
 /* s starts with key[0..kl): strncmp without importing it (issue 5). */
 static bool starts_with(const char *s, const char *key, size_t kl)
@@ -179,7 +164,7 @@ static uint64_t field(const char *buf, const char *key, bool *found)
 
 static void program_name(char *out, size_t cap)
 {
-	long n = read_small("/proc/self/comm", out, cap);
+	long n = vmap_os_read_file("/proc/self/comm", out, cap);
 	for (long i = 0; i < n; i++)
 		if (out[i] == '\n')
 			out[i] = '\0';
@@ -247,17 +232,17 @@ static void collect(struct figures *f, int when)
 		uint64_t sw = vmap_counter_switch_ns();
 		f->switch_ns = sw > start_ns ? sw - start_ns : 1;
 	}
-	read_small("/proc/self/status", buf, sizeof buf);
+	vmap_os_read_file("/proc/self/status", buf, sizeof buf);
 	f->rss = field(buf, "VmRSS:", NULL) * 1024;
 	f->hwm = field(buf, "VmHWM:", NULL) * 1024;
 	f->threads = field(buf, "Threads:", NULL);
-	read_small("/proc/self/smaps_rollup", buf, sizeof buf);
+	vmap_os_read_file("/proc/self/smaps_rollup", buf, sizeof buf);
 	bool found = false;
 	f->anon_huge = field(buf, "AnonHugePages:", &found) * 1024;
 	f->lazy_free = field(buf, "LazyFree:", &found) * 1024;
 	f->rollup = found;
 	f->maps = count_mappings();
-	read_small("/proc/sys/vm/max_map_count", buf, sizeof buf);
+	vmap_os_read_file("/proc/sys/vm/max_map_count", buf, sizeof buf);
 	f->max_maps = field(buf, "", NULL);
 	if (when != WHEN_SIGNAL && vmap_libc.mallinfo2) {
 		/* glibc's own figures: it takes its arena locks, so never here
