@@ -69,13 +69,11 @@ static uint32_t vmap_auto_after VMAP_HOT; /* BACKEND=auto: 0 = no switch to come
  * first larger block (or served mmap, or the switch to the slabs) sets the
  * arena up, and from then on blocks over SMALL_MAX go there.  Not with
  * GUARD=1, which wants every block over SMALL_MAX guarded. */
-static size_t vmap_large_above VMAP_HOT;
 #define AUTO_LARGE_ABOVE ((size_t)128 << 10)
 static void slab_switch_on(void);
 
 enum { INIT_NONE, INIT_BUSY, INIT_DONE };
 static int vmap_init_state VMAP_HOT;
-static bool vmap_range_ok VMAP_HOT;
 static __thread bool vmap_tls_in_init;
 static __thread bool vmap_tls_seen;
 static pthread_key_t vmap_thread_key;
@@ -95,61 +93,6 @@ static void thread_exit(void *arg)
 }
 
 #define SMALL_ALIGN 16 /* alignof(max_align_t) */
-
-/*
- * The arena, the shards and the thread caches are set up on the first request
- * that needs them (a large block, a servable mmap), not at init: a process
- * that makes only small allocations -- most processes of a shell script or a
- * build -- reserves nothing, maps no shard and makes none of the set-up's
- * system calls (bench/startup.py: issue 5).
- */
-enum { RANGE_NONE, RANGE_BUSY, RANGE_DONE };
-static int vmap_range_state VMAP_HOT;
-static __thread bool vmap_tls_in_range_setup;
-
-__attribute__((noinline, cold)) static bool range_setup_slow(void)
-{
-	if (vmap_tls_in_range_setup)
-		return false; /* re-entered (a signal handler) during the set-up: glibc */
-	int expected = RANGE_NONE;
-	if (__atomic_compare_exchange_n(&vmap_range_state, &expected, RANGE_BUSY, false,
-					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		vmap_tls_in_range_setup = true;
-		bool ok = vmap_range_init() == 0;
-		if (ok) {
-			vmap_cache_init(vmap_os_ncpu());
-			/* Its set-up paid for, the arena takes all it is best at. */
-			__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
-		} else {
-			vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
-				 "large allocations go to glibc", NULL);
-		}
-		__atomic_store_n(&vmap_range_ok, ok, __ATOMIC_RELEASE);
-		__atomic_store_n(&vmap_range_state, RANGE_DONE, __ATOMIC_RELEASE);
-		vmap_tls_in_range_setup = false;
-		return ok;
-	}
-	while (__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) != RANGE_DONE)
-		vmap_os_yield();
-	return __atomic_load_n(&vmap_range_ok, __ATOMIC_ACQUIRE);
-}
-
-static inline bool range_ready(void)
-{
-	if (__builtin_expect(__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == RANGE_DONE, 1))
-		return vmap_range_ok;
-	return range_setup_slow();
-}
-
-bool vmap_range_ready(void)
-{
-	return range_ready();
-}
-
-bool vmap_range_enabled(void)
-{
-	return __atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == RANGE_DONE && vmap_range_ok;
-}
 
 /* ---- init -------------------------------------------------------------- */
 
@@ -212,9 +155,7 @@ __attribute__((noinline, cold)) static void go_inert(const struct vmap_load *loa
 {
 	vmap_inert = true;
 	vmap_options_parse(NULL, false); /* the defaults, which ask for no output */
-	vmap_range_ok = false;
-	__atomic_store_n(&vmap_range_state, RANGE_DONE, __ATOMIC_RELEASE);
-	vmap_large_above = SIZE_MAX;
+	vmap_range_refuse();
 	if (load->valgrind)
 		vmap_say("valgrind's ", load->valgrind,
 			 " replaces malloc (vmapalloc's too): vmapalloc is off (no arena, no "
@@ -250,8 +191,11 @@ static void register_fork_handlers(void)
  * the options are the defaults, whatever environ holds at the first call. */
 static bool vmap_env_quiet VMAP_HOT;
 
+static void drain_one(uintptr_t a, size_t len);
+
 __attribute__((noinline, cold)) static void init_slow(void)
 {
+	vmap_thread_hooks.drain = drain_one;
 	if (vmap_tls_in_init)
 		return;
 	int expected = INIT_NONE;
@@ -310,7 +254,8 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
 	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
-	vmap_profile_init();
+	if (vmap_profile_init())
+		vmap_fast_paths_off();
 	if (vmap_opt.verbose)
 		vmap_options_print(2, true);
 	register_fork_handlers();
@@ -636,91 +581,19 @@ __attribute__((noinline, cold)) static void foreign(const void *p, int kind, con
 
 /* ---- re-entry: signal handlers and fork handlers --------------------------- */
 
-/*
- * A signal handler can interrupt this thread anywhere in the range allocator
- * (holding a shard lock, half way through its thread cache) and call malloc,
- * free or mmap; so can a fork handler that runs while fork_prepare holds
- * every lock.  vmap_tls.reentry (alloc.h) counts the range-path sections this
- * thread is in; a call that finds it non-zero takes no lock and touches no
- * range state:
- *  - a large allocation is mapped straight from the kernel: an "escape
- *    block", recorded in a small lock-free table so that free, realloc and
- *    malloc_usable_size recognise it later (from any context); small ones go
- *    to glibc, as they would without vmapalloc;
- *  - a free of an arena block is parked in this thread's deferred slots and
- *    done when the thread leaves its outermost section (or exits, or after
- *    fork); a free of an escape block is a munmap;
- *  - mmap goes to the kernel; munmap of arena pages is deferred (mmap.c).
- * The deferred slots are the thread's own: only a signal handler on the same
- * thread competes for them, so a slot is claimed with a compare-and-swap
- * (atomic against an interrupt) and drained only at depth 0, which no pusher
- * can interrupt.  Escape blocks are shared: any thread may free one.
- */
-__thread struct vmap_tls vmap_tls;
-
-/* Frees made from a handler that interrupted a range section: one or two in
- * practice (a handler frees what it allocated, and that is an escape block). */
-#define DEFER_SLOTS 8
-struct deferred {
-	uintptr_t a; /* 0: empty */
-	size_t len;  /* 0: free(a); else munmap(a, len) */
-};
-static __thread struct deferred vmap_tls_defer[DEFER_SLOTS];
-
-bool vmap_defer(void *p, size_t len)
+/* One parked free (len 0) or munmap, done at depth 0 (thread.c). */
+static void drain_one(uintptr_t a, size_t len)
 {
-	for (unsigned i = 0; i < DEFER_SLOTS; i++) {
-		struct deferred *d = &vmap_tls_defer[i];
-		uintptr_t z = 0;
-		if (__atomic_load_n(&d->a, __ATOMIC_RELAXED))
-			continue;
-		/* len before the claim: a nested handler that takes the slot
-		 * first rewrites len, and this claim then fails. */
-		d->len = len;
-		if (__atomic_compare_exchange_n(&d->a, &z, (uintptr_t)p, false, __ATOMIC_RELAXED,
-						__ATOMIC_RELAXED)) {
-			__atomic_fetch_or(&vmap_tls.reentry, VMAP_REENTRY_DEFERRED, __ATOMIC_RELAXED);
-			return true;
-		}
+	struct vmap_slab *sl = len ? NULL : vmap_slab_at(a);
+	if (len) {
+		vmap_munmap((void *)a, len);
+	} else if (sl) {
+		vmap_slab_free(sl, (void *)a, "free");
+	} else {
+		if (__builtin_expect(vmap_profile_on, 0))
+			vmap_profile_free_known((void *)a, true);
+		vmap_range_free((void *)a, "free");
 	}
-	return false;
-}
-
-__attribute__((noinline, cold)) void vmap_reentry_leave_slow(void)
-{
-	if (vmap_tls.reentry == VMAP_REENTRY_DEFERRED)
-		vmap_deferred_drain();
-}
-
-/* At depth 0 (leaving the outermost section, thread exit, after fork). */
-__attribute__((noinline, cold)) void vmap_deferred_drain(void)
-{
-	vmap_depth_enter(); /* a handler that frees now parks its free too */
-	while (__atomic_fetch_and(&vmap_tls.reentry, ~VMAP_REENTRY_DEFERRED, __ATOMIC_RELAXED) &
-	       VMAP_REENTRY_DEFERRED) {
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		for (unsigned i = 0; i < DEFER_SLOTS; i++) {
-			struct deferred *d = &vmap_tls_defer[i];
-			uintptr_t a = __atomic_load_n(&d->a, __ATOMIC_RELAXED);
-			if (!a)
-				continue;
-			size_t len = d->len;
-			__atomic_store_n(&d->a, 0, __ATOMIC_RELAXED);
-			struct vmap_slab *sl = len ? NULL : vmap_slab_at(a);
-			if (len) {
-				vmap_munmap((void *)a, len);
-			} else if (sl) {
-				vmap_slab_free(sl, (void *)a, "free");
-			} else {
-				if (__builtin_expect(vmap_profile_on, 0))
-					vmap_profile_free_known((void *)a, true);
-				vmap_range_free((void *)a, "free");
-			}
-		}
-	}
-	/* Not vmap_depth_leave: that would come back here. */
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	vmap_tls.reentry--;
 }
 
 /* Escape blocks: live at once, across threads.  A handler holds one for the
@@ -849,7 +722,7 @@ __attribute__((noinline, cold)) static void *small_refused(size_t size)
 
 static bool is_large(size_t size)
 {
-	return size > __atomic_load_n(&vmap_large_above, __ATOMIC_RELAXED) && range_ready();
+	return size > __atomic_load_n(&vmap_large_above, __ATOMIC_RELAXED) && vmap_range_ready();
 }
 
 /* Range allocation with glibc as the fallback; NULL only when both refuse.
@@ -1196,7 +1069,7 @@ static void *aligned(size_t align, size_t size)
 	} else if (align < VMAP_PAGE && !is_large(size)) {
 		count(VMAP_STAT_small_allocs);
 		p = small_memalign(align, size);
-	} else if (range_ready()) {
+	} else if (vmap_range_ready()) {
 		bool zero;
 		p = large_alloc(size, align, &zero);
 	} else {
@@ -1367,24 +1240,14 @@ static void fork_prepare(void)
 		return;
 	/* Another thread setting up the arena finishes first (the child could
 	 * not: it would wait for it forever). */
-	while (!vmap_tls_in_range_setup &&
-	       __atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == RANGE_BUSY)
-		vmap_os_yield();
-	vmap_purge_fork_prepare();
-	vmap_range_fork_prepare();
-	vmap_cache_fork_prepare();
-	vmap_profile_fork_prepare();
-	vmap_slab_fork_prepare();
+	vmap_range_setup_wait();
+	vmap_locks_fork_prepare();
 }
 
 static void fork_parent(void)
 {
 	if (fork_locked) {
-		vmap_slab_fork_parent();
-		vmap_profile_fork_parent();
-		vmap_cache_fork_parent();
-		vmap_range_fork_parent();
-		vmap_purge_fork_parent();
+		vmap_locks_fork_parent();
 	}
 	vmap_depth_leave();
 }
@@ -1394,12 +1257,7 @@ static void fork_child(void)
 	/* Not taken: free already, or held by the interrupted code of this very
 	 * thread, which releases them when the handler returns. */
 	if (fork_locked) {
-		vmap_slab_fork_child();
-		vmap_profile_fork_child();
-		vmap_cache_fork_child();
-		vmap_range_fork_child();
-		vmap_purge_fork_child();
-		vmap_lock_rank_reset();
+		vmap_locks_fork_child();
 	}
 	vmap_stats_fork_child(); /* the child's report is labelled with its parent */
 	vmap_depth_leave();

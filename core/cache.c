@@ -81,6 +81,9 @@ static __thread uint8_t vmap_tc_state;
 
 void vmap_cache_init(unsigned ncpu)
 {
+	static const struct vmap_lock_set locks = {"thread caches", VMAP_RANK_CACHE_LIST,
+						   &cache_list_lock, 0, NULL};
+	vmap_lock_register(&locks);
 	cache_on = vmap_opt.cache && vmap_opt.cache_bytes > 0;
 	if (!cache_on)
 		return;
@@ -390,20 +393,6 @@ void vmap_cache_trim(void)
 		check_epoch(vmap_tc);
 }
 
-void vmap_cache_fork_prepare(void)
-{
-	vmap_lock(&cache_list_lock, VMAP_RANK_CACHE_LIST);
-}
-
-void vmap_cache_fork_parent(void)
-{
-	vmap_unlock(&cache_list_lock, VMAP_RANK_CACHE_LIST);
-}
-
-void vmap_cache_fork_child(void)
-{
-	vmap_lock_reset(&cache_list_lock);
-}
 
 uint64_t vmap_cache_pages_held(void)
 {

@@ -29,8 +29,5 @@ void vmap_cache_thread_exit(void);
 void vmap_cache_trim(void);
 /* Pages held in the calling thread's cache (debug model check). */
 uint64_t vmap_cache_pages_held(void);
-void vmap_cache_fork_prepare(void);
-void vmap_cache_fork_parent(void);
-void vmap_cache_fork_child(void);
 
 #endif

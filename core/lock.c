@@ -9,6 +9,7 @@
 
 #include <errno.h>
 
+#include "debug.h"
 #include "fmt.h"
 
 /*
@@ -67,6 +68,90 @@ void vmap_lock_slow(struct vmap_lock *l)
 	}
 }
 
+/* ---- the registry -------------------------------------------------------- */
+
+#define MAX_SETS 16
+static const struct vmap_lock_set *sets[MAX_SETS];
+static unsigned nsets; /* published with release after its slot is written */
+
+void vmap_lock_register(const struct vmap_lock_set *set)
+{
+	unsigned i = __atomic_fetch_add(&nsets, 0, __ATOMIC_RELAXED);
+	for (;;) {
+		if (i >= MAX_SETS) {
+			vmap_say("internal error: too many lock sets for the fork handlers", NULL, NULL);
+			vmap_os_abort();
+		}
+		/* Claim slot i by writing it first (NULL -> set), then count it. */
+		const struct vmap_lock_set *none = NULL;
+		if (__atomic_compare_exchange_n(&sets[i], &none, set, false, __ATOMIC_RELEASE,
+						__ATOMIC_RELAXED))
+			break;
+		i++;
+	}
+	unsigned want = i;
+	while (!__atomic_compare_exchange_n(&nsets, &want, i + 1, false, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED))
+		want = i; /* an earlier slot's owner counts first */
+}
+
+static unsigned set_count(const struct vmap_lock_set *s)
+{
+	return s->count ? __atomic_load_n(s->count, __ATOMIC_ACQUIRE) : 1;
+}
+
+static struct vmap_lock *set_lock(const struct vmap_lock_set *s, unsigned i)
+{
+	return (struct vmap_lock *)((char *)s->first + (size_t)i * s->stride);
+}
+
+/* The sets in rank order (stable: registration order within a rank), with
+ * the count of each taken at prepare, so that parent and child release what
+ * prepare took even if a count grew meanwhile (it cannot: every lock is
+ * held, and a count grows under one of them). */
+static __thread const struct vmap_lock_set *fork_sets[MAX_SETS];
+static __thread unsigned fork_counts[MAX_SETS];
+static __thread unsigned fork_nsets;
+
+void vmap_locks_fork_prepare(void)
+{
+	unsigned n = __atomic_load_n(&nsets, __ATOMIC_ACQUIRE);
+	unsigned k = 0;
+	for (unsigned rank = VMAP_RANK_PURGE; rank <= VMAP_RANK_SLAB; rank++)
+		for (unsigned i = 0; i < n; i++)
+			if (sets[i]->rank == rank)
+				fork_sets[k++] = sets[i];
+	fork_nsets = k;
+	for (unsigned j = 0; j < k; j++) {
+		const struct vmap_lock_set *s = fork_sets[j];
+		unsigned c = set_count(s);
+		for (unsigned i = 0; i < c; i++)
+			vmap_lock(set_lock(s, i), s->rank);
+		fork_counts[j] = c;
+	}
+}
+
+void vmap_locks_fork_parent(void)
+{
+	for (unsigned j = fork_nsets; j-- > 0;) {
+		const struct vmap_lock_set *s = fork_sets[j];
+		for (unsigned i = fork_counts[j]; i-- > 0;)
+			vmap_unlock(set_lock(s, i), s->rank);
+	}
+}
+
+void vmap_locks_fork_child(void)
+{
+	for (unsigned j = fork_nsets; j-- > 0;) {
+		const struct vmap_lock_set *s = fork_sets[j];
+		for (unsigned i = fork_counts[j]; i-- > 0;)
+			vmap_lock_reset(set_lock(s, i));
+	}
+	vmap_lock_rank_reset();
+}
+
+/* ---- debug checks ------------------------------------------------------- */
+
 #ifdef VMAP_DEBUG
 static __thread unsigned vmap_held_ranks;
 static __thread unsigned vmap_held_count[8];
@@ -95,5 +180,27 @@ void vmap_lock_rank_release(enum vmap_lock_rank rank)
 {
 	if (--vmap_held_count[rank] == 0)
 		vmap_held_ranks &= ~(1u << rank);
+}
+_Noreturn void vmap_assert_fail(const char *cond, const char *file, int line)
+{
+	VMAP_BUF(b, 2, 256);
+	vmap_buf_str(&b, "vmapalloc: internal error: ");
+	vmap_buf_str(&b, cond);
+	vmap_buf_str(&b, " is false at ");
+	vmap_buf_str(&b, file);
+	vmap_buf_char(&b, ':');
+	vmap_buf_u64(&b, (uint64_t)line);
+	vmap_buf_char(&b, '\n');
+	vmap_buf_flush(&b);
+	vmap_os_abort();
+}
+
+void vmap_lock_assert_held(const struct vmap_lock *l, enum vmap_lock_rank rank)
+{
+	if (!__atomic_load_n(&l->word, __ATOMIC_RELAXED) || !(vmap_held_ranks & (1u << rank))) {
+		vmap_say("internal error: a function that needs a lock was called without it", NULL,
+			 NULL);
+		vmap_os_abort();
+	}
 }
 #endif

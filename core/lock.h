@@ -6,8 +6,11 @@
  * that 64 threads on 2 cores do not burn their time slices spinning.
  *
  * Ranks: a thread that holds a lock of rank r takes only locks of a higher
- * rank.  The fork handlers take every lock in rank order.  Debug builds
- * (VMAP_DEBUG) check the order with a per-thread bitmask.
+ * rank.  Every lock is in one registry (vmap_lock_register), which the fork
+ * handlers walk: they take every lock in rank order before fork and release
+ * (parent) or reset (child) them after.  Debug builds (VMAP_DEBUG) check the
+ * order with a per-thread bitmask, and vmap_lock_assert_held checks the
+ * promise of every function named _locked.
  */
 #ifndef VMAP_LOCK_H
 #define VMAP_LOCK_H
@@ -44,6 +47,39 @@ static inline void vmap_lock_rank_reset(void) {}
 #endif
 
 void vmap_lock_slow(struct vmap_lock *l);
+
+/* Debug builds: the lock is held and this thread holds a lock of its rank
+ * (the registry of ranks is per thread; owners are not recorded).  Aborts
+ * with one line otherwise. */
+#ifdef VMAP_DEBUG
+void vmap_lock_assert_held(const struct vmap_lock *l, enum vmap_lock_rank rank);
+#else
+static inline void vmap_lock_assert_held(const struct vmap_lock *l, enum vmap_lock_rank rank)
+{
+	(void)l;
+	(void)rank;
+}
+#endif
+
+/*
+ * The registry.  A module registers each of its locks, or an array of them,
+ * once, before the first time it takes one (its set-up); the set is static
+ * and stays registered.  For an array, count points at the number in use,
+ * read at every fork (shards are set up after registration).  Within a rank,
+ * sets are taken in the order of registration and an array in index order.
+ */
+struct vmap_lock_set {
+	const char *name;
+	enum vmap_lock_rank rank;
+	struct vmap_lock *first;
+	size_t stride;         /* bytes from one lock of the array to the next */
+	const unsigned *count; /* NULL: one lock */
+};
+void vmap_lock_register(const struct vmap_lock_set *set);
+/* The fork handlers' part: every registered lock, in rank order. */
+void vmap_locks_fork_prepare(void);
+void vmap_locks_fork_parent(void);
+void vmap_locks_fork_child(void);
 
 /* Returns true if the lock was contended (someone else held it). */
 static inline bool vmap_lock(struct vmap_lock *l, enum vmap_lock_rank rank)

@@ -47,14 +47,13 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 
-#include "alloc.h"
 #include "counter.h"
 #include "fmt.h"
 #include "options.h"
-#include "profile.h"
+#include "observe.h"
 #include "range.h"
+#include "thread.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -531,7 +530,7 @@ static int cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintp
 		rebase_labels(r, p->head, cur, e, p->end);
 	}
 	if (__builtin_expect(vmap_profile_on, 0)) /* its record follows the pieces left */
-		vmap_profile_mmap_cut(p->head, p->end, a, e);
+		vmap_observe.mmap_cut(p->head, p->end, a, e);
 	__atomic_store_n(&h->tag,
 			 left ? vmap_tag_make(VMAP_ST_LIVE, s->id, left, lkeep) : 0, __ATOMIC_RELEASE);
 	if (right)
@@ -786,8 +785,10 @@ void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 		void *p = serve(len, flags);
 		if (p) {
 			if (__builtin_expect(vmap_profile_on, 0))
-				vmap_profile_alloc(p, (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1),
-						   VMAP_PROFILE_MMAP);
+				vmap_observe.record(p, (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1),
+						    VMAP_PROFILE_MMAP,
+						    (uintptr_t)__builtin_return_address(0),
+						    (uintptr_t)__builtin_dwarf_cfa());
 			return p;
 		}
 		/* Arena exhausted: the kernel may still have room. */
@@ -1124,7 +1125,7 @@ static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra
 	realize_attrs(end, bytes, last);
 	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)bytes);
 	if (__builtin_expect(vmap_profile_on, 0))
-		vmap_profile_mmap_grow(p->head, bytes);
+		vmap_observe.mmap_grow(p->head, bytes);
 	return true;
 }
 
@@ -1372,7 +1373,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 	/* The new mapping is the old one moved: the profile keeps its site
 	 * rather than record the mremap as a new allocation. */
 	if (__builtin_expect(vmap_profile_on, 0))
-		vmap_profile_mmap_moved(p.head, (uintptr_t)q, nl,
+		vmap_observe.mmap_moved(p.head, (uintptr_t)q, nl,
 					(flags & MREMAP_DONTUNMAP) ? nl : nl > ol ? nl - ol : 0);
 	size_t moved = ol < nl ? ol : nl;
 	uint64_t st = __atomic_load_n(&vmap_pte_of(r, p.head)->tag, __ATOMIC_ACQUIRE);

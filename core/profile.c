@@ -165,12 +165,11 @@ struct live_entry {
 #define KEY_TOMB 1
 
 struct stripe {
-	uint32_t lock; /* a spinlock: one atomic to take, a store to release */
+	struct vmap_lock lock;
 	uint32_t cap, used, tombs; /* used counts live entries */
 	struct live_entry *e;
 } __attribute__((aligned(64)));
 
-bool vmap_profile_on VMAP_HOT;
 __thread struct vmap_profile_tls vmap_profile_tls;
 uint8_t vmap_profile_filter[1u << VMAP_PROFILE_FILTER_BITS];
 
@@ -179,6 +178,7 @@ static uint32_t *site_index;
 static uint32_t nsites; /* records 1..nsites are published */
 static struct vmap_lock site_lock = VMAP_LOCK_INIT;
 static struct stripe stripes[STRIPES];
+static const unsigned nstripes = STRIPES;
 static uint64_t mean_bytes;
 static uint64_t large_mean; /* 0: every large block */
 static uint64_t profile_mapped; /* bytes of our tables, for the report */
@@ -196,41 +196,62 @@ static void *map_zeroed(size_t len)
 	return p;
 }
 
-void vmap_profile_init(void)
+static void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e);
+static void vmap_profile_mmap_grow(uintptr_t head, size_t bytes);
+static void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t added);
+
+static void observe_on(void)
+{
+	static struct vmap_lock_set site_locks = {"profile sites", VMAP_RANK_PROFILE, &site_lock, 0,
+						  NULL};
+	static struct vmap_lock_set stripe_locks = {"profile live stripes", VMAP_RANK_PROFILE,
+						    &stripes[0].lock, sizeof stripes[0], &nstripes};
+	vmap_lock_register(&site_locks);
+	vmap_lock_register(&stripe_locks);
+	vmap_observe = (struct vmap_observe){vmap_profile_record, vmap_profile_mmap_cut,
+					     vmap_profile_mmap_grow, vmap_profile_mmap_moved};
+	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_SEQ_CST);
+}
+
+bool vmap_profile_init(void)
 {
 	if (!vmap_opt.profile || vmap_profile_on)
-		return;
+		return false;
 	vmap_os_read_file("/proc/self/cmdline", program, sizeof program);
 	sites = map_zeroed(SITE_MAX * sizeof *sites);
 	site_index = map_zeroed(SITE_INDEX * sizeof *site_index);
 	if (!sites || !site_index) {
 		vmap_say("VMAPALLOC_PROFILE: could not map the profile tables; no profile", NULL, NULL);
-		return;
+		return false;
 	}
 	mean_bytes = vmap_opt.profile_sample ? vmap_opt.profile_sample : 1;
 	large_mean = vmap_opt.profile_large_sample;
 	prof_fn_resolve();
 #ifndef VMAP_HAVE_LIBUNWIND
-	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_SEQ_CST); /* frame pointers: nothing to load */
-	vmap_fast_paths_off();
+	observe_on(); /* frame pointers: nothing to load */
+	return true;
+#else
+	return false;
 #endif
 }
 
-VMAP_START_TEXT void vmap_profile_start(void)
+VMAP_START_TEXT bool vmap_profile_start(void)
 {
 #ifdef VMAP_HAVE_LIBUNWIND
 	if (!vmap_opt.profile || vmap_profile_on || !sites || !site_index)
-		return;
+		return false;
 	void *h = prof_fn.dlopen ? prof_fn.dlopen(UNWIND_SONAME, RTLD_NOW | RTLD_LOCAL) : NULL;
 	unw_backtrace_fn = h ? (int (*)(void **, int))vmap_elf_symbol(UNWIND_SONAME, "unw_backtrace")
 			     : NULL;
 	if (!unw_backtrace_fn) {
 		vmap_say("VMAPALLOC_PROFILE: could not load " UNWIND_SONAME " (libunwind); no profile",
 			 NULL, NULL);
-		return;
+		return false;
 	}
-	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_SEQ_CST);
-	vmap_fast_paths_off();
+	observe_on();
+	return true;
+#else
+	return false;
 #endif
 }
 
@@ -578,7 +599,7 @@ static inline struct vmap_pte *pte_at(uintptr_t a)
  * mappings are never sampled: their bytes are exact, so a piece's bytes are
  * its size.
  */
-void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e)
+static void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e)
 {
 	struct vmap_pte *h = pte_at(head);
 	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
@@ -607,7 +628,7 @@ void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t
 }
 
 /* mremap grew the served mapping at head in place by bytes. */
-void vmap_profile_mmap_grow(uintptr_t head, size_t bytes)
+static void vmap_profile_mmap_grow(uintptr_t head, size_t bytes)
 {
 	struct vmap_pte *h = pte_at(head);
 	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
@@ -623,7 +644,7 @@ void vmap_profile_mmap_grow(uintptr_t head, size_t bytes)
 /* mremap moved pages of the mapping at head to a new served mapping q of len
  * bytes (the old pages are cut after, through vmap_profile_mmap_cut): q is one
  * more live mapping of the same site, added bytes more allocated. */
-void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t added)
+static void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t added)
 {
 	struct vmap_pte *h = pte_at(head), *n = pte_at(q);
 	if (!n)
@@ -644,26 +665,12 @@ void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t add
 
 static void stripe_lock(struct stripe *st)
 {
-	vmap_lock_rank_acquire(VMAP_RANK_PROFILE);
-	unsigned spins = 0;
-	while (__atomic_exchange_n(&st->lock, 1, __ATOMIC_ACQUIRE)) {
-		do {
-			/* The holder may be growing the stripe (an mmap): on
-			 * 2 CPUs, let it run rather than spin long. */
-			if (++spins > 100)
-				vmap_os_yield();
-#if defined(__x86_64__)
-			else
-				__builtin_ia32_pause();
-#endif
-		} while (__atomic_load_n(&st->lock, __ATOMIC_RELAXED));
-	}
+	vmap_lock(&st->lock, VMAP_RANK_PROFILE);
 }
 
 static void stripe_unlock(struct stripe *st)
 {
-	__atomic_store_n(&st->lock, 0, __ATOMIC_RELEASE);
-	vmap_lock_rank_release(VMAP_RANK_PROFILE);
+	vmap_unlock(&st->lock, VMAP_RANK_PROFILE);
 }
 
 static inline uint64_t ptr_hash(uintptr_t p)
@@ -989,37 +996,6 @@ void vmap_profile_reset_peaks(void)
 				 __ATOMIC_RELAXED);
 }
 
-/* ---- fork ------------------------------------------------------------ */
-
-void vmap_profile_fork_prepare(void)
-{
-	if (!vmap_profile_on)
-		return;
-	vmap_lock(&site_lock, VMAP_RANK_PROFILE);
-	for (unsigned i = 0; i < STRIPES; i++)
-		stripe_lock(&stripes[i]);
-}
-
-void vmap_profile_fork_parent(void)
-{
-	if (!vmap_profile_on)
-		return;
-	for (unsigned i = STRIPES; i-- > 0;)
-		stripe_unlock(&stripes[i]);
-	vmap_unlock(&site_lock, VMAP_RANK_PROFILE);
-}
-
-void vmap_profile_fork_child(void)
-{
-	if (!vmap_profile_on)
-		return;
-	for (unsigned i = STRIPES; i-- > 0;) {
-		vmap_lock_rank_release(VMAP_RANK_PROFILE);
-		stripes[i].lock = 0;
-	}
-	vmap_lock_rank_release(VMAP_RANK_PROFILE);
-	vmap_lock_reset(&site_lock);
-}
 
 /* ---- symbolization (report time) ---------------------------------------- */
 

@@ -23,14 +23,10 @@
 #include <stdint.h>
 
 #include "fmt.h"
+#include "observe.h"
 #include "range.h"
 #include "slab.h"
 
-enum vmap_profile_kind {
-	VMAP_PROFILE_SMALL = 0, /* sampled: figures are estimates scaled by the sampling weight */
-	VMAP_PROFILE_LARGE = 1, /* a range-allocator block: sampled, or every one (LARGE_SAMPLE=0) */
-	VMAP_PROFILE_MMAP = 2,  /* a program mmap() served from the arena: every one */
-};
 
 /* The kind of a block just allocated by the malloc family (inline: the
  * span compare of range.h rejects glibc's pointers in one test). */
@@ -38,9 +34,6 @@ enum vmap_profile_kind {
 	(vmap_region_of((uintptr_t)(p)) && !vmap_in_slab((uintptr_t)(p)) ? VMAP_PROFILE_LARGE \
 									  : VMAP_PROFILE_SMALL)
 
-/* Set once by vmap_profile_init() when VMAPALLOC_PROFILE=1 and the tables
- * could be mapped; never cleared. */
-extern bool vmap_profile_on VMAP_HIDDEN;
 
 struct vmap_profile_tls {
 	int64_t countdown;       /* small-block bytes until the next sample */
@@ -65,8 +58,10 @@ static inline unsigned vmap_profile_filter_slot(const void *p)
 /* At init: maps the tables.  With libunwind, profiling starts only when
  * vmap_profile_start() (the library's constructor: dlopen may allocate) has
  * loaded it; blocks allocated before are not profiled. */
-void vmap_profile_init(void);
-void vmap_profile_start(void);
+/* Both return true when they turned the profile on (the caller then turns
+ * the malloc family's fast paths off). */
+bool vmap_profile_init(void);
+bool vmap_profile_start(void);
 /* Out of line: the sample (backtrace, aggregation) and the forget.  ra and
  * cfa are the return address and call frame of the function the hook is
  * inlined in: the program's call site when that function was entered by a
@@ -75,14 +70,6 @@ void vmap_profile_start(void);
 void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t cfa);
 void vmap_profile_forget(void *p);
 
-/* Served mappings (mmap.c), whose record lives in their head's page-table
- * entry: munmap of [a, e) from the mapping [head, end) (shard lock held,
- * before the tags change); mremap growing one in place; mremap moving pages
- * of one to the new served mapping q (len bytes, added of them new), before
- * the old pages are cut. */
-void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e);
-void vmap_profile_mmap_grow(uintptr_t head, size_t bytes);
-void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, size_t added);
 
 /* After a successful allocation of size bytes at p. */
 __attribute__((always_inline)) static inline void vmap_profile_alloc(void *p, size_t size, int kind)
@@ -143,8 +130,5 @@ void vmap_profile_reset_peaks(void);
 /* At thread exit (pthread key destructor): folds this thread's pending figures. */
 void vmap_profile_thread_exit(void);
 
-void vmap_profile_fork_prepare(void);
-void vmap_profile_fork_parent(void);
-void vmap_profile_fork_child(void);
 
 #endif

@@ -502,17 +502,8 @@ size_t vmap_range_trim(void)
 	return bytes;
 }
 
-void vmap_purge_fork_prepare(void)
+void vmap_purge_register_locks(void)
 {
-	vmap_lock(&vmap_purge_lock, VMAP_RANK_PURGE);
-}
-
-void vmap_purge_fork_parent(void)
-{
-	vmap_unlock(&vmap_purge_lock, VMAP_RANK_PURGE);
-}
-
-void vmap_purge_fork_child(void)
-{
-	vmap_lock_reset(&vmap_purge_lock);
+	static const struct vmap_lock_set set = {"purge", VMAP_RANK_PURGE, &vmap_purge_lock, 0, NULL};
+	vmap_lock_register(&set);
 }

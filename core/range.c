@@ -58,7 +58,8 @@
 #include "counter.h"
 #include "fmt.h"
 #include "options.h"
-#include "profile.h"
+#include "observe.h"
+#include "thread.h"
 #include "section.h"
 
 
@@ -68,7 +69,6 @@ uintptr_t vmap_span_lo VMAP_HOT, vmap_span_hi VMAP_HOT; /* read by every free */
 struct vmap_slab_index vmap_slab0 VMAP_HOT;
 static int vmap_guard_markers_state; /* 0 not probed yet, 1 MADV_GUARD_INSTALL works, -1 not */
 int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
-bool vmap_threads_seen;  /* a second thread called the allocator (set by alloc.c) */
 /* VMAs realloc moves may have left: four a move (two each side),
  * counted per chunk too, and taken off when a chunk goes back to the arena
  * mapped afresh (vmap_chunks_give_back_locked); at most vmap_vma_budget() / 2. */
@@ -1692,6 +1692,12 @@ static size_t fit_reservation(size_t want)
 
 int vmap_range_init(void)
 {
+	static struct vmap_lock_set shard_locks = {"shards", VMAP_RANK_SHARD, NULL,
+						   sizeof(struct vmap_shard), &vmap_nshards};
+	static const struct vmap_lock_set global_locks = {"arena", VMAP_RANK_GLOBAL,
+							  &vmap_global_lock, 0, NULL};
+	vmap_purge_register_locks();
+	vmap_lock_register(&global_locks);
 	unsigned ncpu = vmap_os_ncpu();
 	unsigned n = vmap_opt.shards ? (unsigned)vmap_opt.shards : ncpu;
 	if (n > VMAP_MAX_SHARDS)
@@ -1712,7 +1718,9 @@ int vmap_range_init(void)
 	vmap_shards = sh;
 	for (unsigned i = 0; i < n; i++)
 		vmap_shards[i].id = i;
-	vmap_nshards = n;
+	shard_locks.first = &vmap_shards[0].lock;
+	vmap_lock_register(&shard_locks);
+	__atomic_store_n(&vmap_nshards, n, __ATOMIC_RELEASE);
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)vmap_shards_bytes);
 	vmap_reserve_size = fit_reservation(vmap_opt.reserve);
 	if (vmap_reserve_size < REGION_FLOOR)
@@ -1755,25 +1763,60 @@ unsigned vmap_range_nshards(void)
 	return vmap_nshards;
 }
 
-void vmap_range_fork_prepare(void)
+
+/* ---- set-up on first use ------------------------------------------------ */
+
+/*
+ * The arena, the shards and the thread caches are set up on the first request
+ * that needs them (a large block, a servable mmap), not at init: a process
+ * that makes only small allocations -- most processes of a shell script or a
+ * build -- reserves nothing, maps no shard and makes none of the set-up's
+ * system calls (bench/startup.py: issue 5).
+ */
+int vmap_range_state VMAP_HOT;
+bool vmap_range_ok VMAP_HOT;
+size_t vmap_large_above VMAP_HOT;
+static __thread bool vmap_tls_in_range_setup;
+
+__attribute__((noinline, cold)) bool vmap_range_setup_slow(void)
 {
-	for (unsigned i = 0; i < vmap_nshards; i++)
-		vmap_lock(&vmap_shards[i].lock, VMAP_RANK_SHARD);
-	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	if (vmap_tls_in_range_setup)
+		return false; /* re-entered (a signal handler) during the set-up: glibc */
+	int expected = VMAP_RANGE_NONE;
+	if (__atomic_compare_exchange_n(&vmap_range_state, &expected, VMAP_RANGE_BUSY, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		vmap_tls_in_range_setup = true;
+		bool ok = vmap_range_init() == 0;
+		if (ok) {
+			vmap_cache_init(vmap_os_ncpu());
+			/* Its set-up paid for, the arena takes all it is best at. */
+			__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
+		} else {
+			vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
+				 "large allocations go to glibc", NULL);
+		}
+		__atomic_store_n(&vmap_range_ok, ok, __ATOMIC_RELEASE);
+		__atomic_store_n(&vmap_range_state, VMAP_RANGE_DONE, __ATOMIC_RELEASE);
+		vmap_tls_in_range_setup = false;
+		return ok;
+	}
+	while (__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) != VMAP_RANGE_DONE)
+		vmap_os_yield();
+	return __atomic_load_n(&vmap_range_ok, __ATOMIC_ACQUIRE);
 }
 
-void vmap_range_fork_parent(void)
+void vmap_range_refuse(void)
 {
-	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
-	for (unsigned i = vmap_nshards; i-- > 0;)
-		vmap_unlock(&vmap_shards[i].lock, VMAP_RANK_SHARD);
+	vmap_range_ok = false;
+	__atomic_store_n(&vmap_range_state, VMAP_RANGE_DONE, __ATOMIC_RELEASE);
+	vmap_large_above = SIZE_MAX;
 }
 
-void vmap_range_fork_child(void)
+void vmap_range_setup_wait(void)
 {
-	vmap_lock_reset(&vmap_global_lock);
-	for (unsigned i = 0; i < vmap_nshards; i++)
-		vmap_lock_reset(&vmap_shards[i].lock);
+	while (!vmap_tls_in_range_setup &&
+	       __atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == VMAP_RANGE_BUSY)
+		vmap_os_yield();
 }
 
 /* ---- debug model check --------------------------------------------------- */

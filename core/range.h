@@ -14,10 +14,37 @@
 #include "lock.h"
 #include "os.h"
 #include "section.h"
+#include "thread.h"
 
 /* ---- public to the core ---------------------------------------------- */
 
 int vmap_range_init(void);
+/* The arena is set up on the first request that needs it (a large block, a
+ * servable mmap, the slabs), not at init.  vmap_range_ready sets it up if
+ * need be and says whether it can be had; vmap_range_enabled only asks. */
+enum { VMAP_RANGE_NONE, VMAP_RANGE_BUSY, VMAP_RANGE_DONE };
+extern int vmap_range_state VMAP_HIDDEN;
+extern bool vmap_range_ok VMAP_HIDDEN;
+bool vmap_range_setup_slow(void);
+static inline bool vmap_range_ready(void)
+{
+	if (__builtin_expect(__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == VMAP_RANGE_DONE, 1))
+		return vmap_range_ok;
+	return vmap_range_setup_slow();
+}
+static inline bool vmap_range_enabled(void)
+{
+	return __atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == VMAP_RANGE_DONE &&
+	       vmap_range_ok;
+}
+/* The process gets no arena (inert: not its malloc). */
+void vmap_range_refuse(void);
+/* Before fork: another thread setting the arena up finishes first. */
+void vmap_range_setup_wait(void);
+/* Requests above this many bytes are large (the arena's): SMALL_MAX once the
+ * arena is set up; before, with BACKEND=auto, at least glibc's first mmap
+ * threshold (the facade sets it at init). */
+extern size_t vmap_large_above VMAP_HIDDEN;
 /* A block of at least size bytes aligned to align (a power of two); *zero is
  * set when its first size bytes are known to be zero.  NULL when the system
  * refuses (errno is the caller's to set). */
@@ -43,9 +70,6 @@ size_t vmap_range_purge(bool all);
 /* malloc_trim: everything cached purged, then huge-page remnants swept from
  * the free runs (purge.c, F18).  Bytes purged. */
 size_t vmap_range_trim(void);
-void vmap_range_fork_prepare(void);
-void vmap_range_fork_parent(void);
-void vmap_range_fork_child(void);
 unsigned vmap_range_nshards(void);
 /* Debug builds: checks every structure against a linear walk; aborts on error. */
 void vmap_range_check(void);
@@ -291,7 +315,6 @@ int64_t vmap_cached_extend(uintptr_t a, uint64_t pages, uint64_t want);
  * the name says _locked). */
 /* MADV_GUARD_INSTALL works (Linux >= 6.13); probed on first use. */
 bool vmap_guard_markers(void);
-extern bool vmap_threads_seen;
 struct vmap_shard *vmap_shard_here(unsigned *cpu);
 void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, uint64_t pages,
 			 unsigned state, bool big, uint64_t stamp);
@@ -328,8 +351,7 @@ bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s);
  * chunks claimed later at their claim.  Returns the table in use (an earlier
  * one if another thread won), or NULL if a slice cannot be made writable. */
 struct vmap_slab *vmap_region_slabs_publish(struct vmap_region *r, struct vmap_slab *t, size_t each);
-void vmap_purge_fork_prepare(void);
-void vmap_purge_fork_parent(void);
-void vmap_purge_fork_child(void);
+/* Puts the purge lock in the registry (vmap_range_init). */
+void vmap_purge_register_locks(void);
 
 #endif

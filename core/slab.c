@@ -112,6 +112,8 @@ uint8_t vmap_slab_class_tab[VMAP_SLAB_CLASS_SLOTS];
 
 void vmap_slab_init(void)
 {
+	static const struct vmap_lock_set locks = {"slabs", VMAP_RANK_SLAB, &slab_lock, 0, NULL};
+	vmap_lock_register(&locks);
 	for (unsigned c = 0; c < NCLASSES; c++) {
 		uint64_t size = vmap_slab_class_size(c);
 		class_magic[c] = ((1ull << 40) + size - 1) / size;
@@ -673,21 +675,4 @@ void vmap_slab_trim(void)
 	reap_abandoned();
 	if (vmap_tls.heap)
 		trim_own(vmap_tls.heap);
-}
-
-/* ---- fork ------------------------------------------------------------------ */
-
-void vmap_slab_fork_prepare(void)
-{
-	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
-}
-
-void vmap_slab_fork_parent(void)
-{
-	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
-}
-
-void vmap_slab_fork_child(void)
-{
-	vmap_lock_reset(&slab_lock);
 }

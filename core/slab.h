@@ -238,9 +238,6 @@ void vmap_slab_thread_exit(void);
  * since by other threads' frees, go back to the range allocator (to be
  * purged with the rest). */
 void vmap_slab_trim(void);
-void vmap_slab_fork_prepare(void);
-void vmap_slab_fork_parent(void);
-void vmap_slab_fork_child(void);
 /* Size classes, for the tests. */
 unsigned vmap_slab_class_of(size_t size);
 size_t vmap_slab_class_size(unsigned cls);

@@ -139,7 +139,8 @@ EXPORT int vmapalloc_stats_print(int fd, int format)
 __attribute__((constructor)) static void vmapalloc_ctor(void)
 {
 	vmap_init_at_start();
-	vmap_profile_start(); /* loads libunwind if VMAPALLOC_PROFILE=1: not inside malloc */
+	if (vmap_profile_start()) /* loads libunwind if VMAPALLOC_PROFILE=1: not inside malloc */
+		vmap_fast_paths_off();
 }
 __attribute__((destructor)) static void vmapalloc_dtor(void) { vmap_at_exit(); }
 
