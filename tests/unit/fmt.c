@@ -241,3 +241,248 @@ Test(fmt, write_error_is_recorded_and_later_output_dropped)
 	cr_assert_eq(b.err, -EBADF, "the first error is kept");
 	cr_assert_eq(b.len, 0);
 }
+
+/* ---- vmap_buf_printf ---------------------------------------------------- */
+
+#define PRINTF(out, ...) RENDER(out, vmap_buf_printf(&b, __VA_ARGS__))
+
+Test(fmt, printf_copies_plain_text)
+{
+	char out[64];
+	PRINTF(out, "no directives here");
+	cr_assert_str_eq(out, "no directives here");
+	PRINTF(out, "");
+	cr_assert_str_eq(out, "");
+}
+
+Test(fmt, printf_percent_percent_is_one_percent)
+{
+	char out[64];
+	PRINTF(out, "100%% of %%s");
+	cr_assert_str_eq(out, "100% of %s");
+	PRINTF(out, "%5%");
+	cr_assert_str_eq(out, "%", "a width on %% pads nothing");
+}
+
+Test(fmt, printf_string_and_null_string)
+{
+	char out[64];
+	PRINTF(out, "[%s] [%s]", "abc", "");
+	cr_assert_str_eq(out, "[abc] []");
+	PRINTF(out, "%s", (const char *)NULL);
+	cr_assert_str_eq(out, "(null)");
+}
+
+Test(fmt, printf_char)
+{
+	char out[64];
+	PRINTF(out, "%c%c%c", 'a', '-', 'z');
+	cr_assert_str_eq(out, "a-z");
+}
+
+Test(fmt, printf_unsigned_and_int)
+{
+	char out[64];
+	PRINTF(out, "%u %u %d %d %d", 0u, 4294967295u, 0, -2147483647 - 1, 2147483647);
+	cr_assert_str_eq(out, "0 4294967295 0 -2147483648 2147483647");
+}
+
+Test(fmt, printf_u64_and_i64_take_64_bit_arguments)
+{
+	char out[128];
+	PRINTF(out, "%U %U %I %I %I", (uint64_t)0, UINT64_MAX, (int64_t)-42, INT64_MIN, INT64_MAX);
+	cr_assert_str_eq(out, "0 18446744073709551615 -42 -9223372036854775808 9223372036854775807");
+}
+
+Test(fmt, printf_hex_is_0x_prefixed_like_vmap_buf_hex)
+{
+	char out[64];
+	PRINTF(out, "%x %x %x", (uint64_t)0, (uint64_t)0xdeadbeef, UINT64_MAX);
+	cr_assert_str_eq(out, "0x0 0xdeadbeef 0xffffffffffffffff");
+}
+
+Test(fmt, printf_pointer_is_0x_prefixed_hex)
+{
+	char out[64];
+	PRINTF(out, "%p %p", (const void *)0x7f0000001000ull, (const void *)NULL);
+	cr_assert_str_eq(out, "0x7f0000001000 0x0");
+}
+
+Test(fmt, printf_bytes_uses_binary_units)
+{
+	char out[64];
+	PRINTF(out, "%B|%B|%B|%B|%B", (uint64_t)512, (uint64_t)1536, (uint64_t)(12 * MiB + MiB / 4),
+	       (uint64_t)(100 * GiB), UINT64_MAX);
+	cr_assert_str_eq(out, "512 B|1.50 KiB|12.3 MiB|100 GiB|16384 PiB");
+}
+
+Test(fmt, printf_percent_takes_part_then_whole)
+{
+	char out[64];
+	PRINTF(out, "%P %P %P %P", (uint64_t)1, (uint64_t)8, (uint64_t)0, (uint64_t)5, (uint64_t)3,
+	       (uint64_t)0, (uint64_t)2, (uint64_t)1);
+	cr_assert_str_eq(out, "12.5% 0.0% - 200.0%", "a whole of 0 prints -");
+}
+
+Test(fmt, printf_ms_prints_nanoseconds_as_milliseconds)
+{
+	char out[64];
+	PRINTF(out, "%M, %M, %M", (uint64_t)12810000, (uint64_t)999, (uint64_t)2000000000);
+	cr_assert_str_eq(out, "12.810 ms, 0.000 ms, 2000.000 ms");
+}
+
+Test(fmt, printf_json_string_is_quoted_and_escaped)
+{
+	char out[128];
+	PRINTF(out, "{%J: %J}", "k\"ey\\", "line\nend\x01\xc3\xa9");
+	cr_assert_str_eq(out, "{\"k\\\"ey\\\\\": \"line\\u000aend\\u0001\xc3\xa9\"}");
+	PRINTF(out, "%J", (const char *)NULL);
+	cr_assert_str_eq(out, "null", "NULL is JSON's null");
+}
+
+Test(fmt, printf_arguments_are_taken_in_order_across_conversions)
+{
+	char out[128];
+	PRINTF(out, "%s=%U (%B, %P) %c %d %J", "n", (uint64_t)2048, (uint64_t)2048, (uint64_t)1,
+	       (uint64_t)4, '!', -7, "j");
+	cr_assert_str_eq(out, "n=2048 (2.00 KiB, 25.0%) ! -7 \"j\"");
+}
+
+Test(fmt, printf_width_right_aligns)
+{
+	char out[128];
+	PRINTF(out, "[%12B][%6U][%4d][%8P][%5s][%3c][%8x][%10M]", (uint64_t)1536, (uint64_t)42, -5,
+	       (uint64_t)1, (uint64_t)3, "ab", 'c', (uint64_t)255, (uint64_t)1500000);
+	cr_assert_str_eq(out, "[    1.50 KiB][    42][  -5][   33.3%][   ab][  c][    0xff][  1.500 ms]");
+}
+
+Test(fmt, printf_minus_width_left_aligns)
+{
+	char out[128];
+	PRINTF(out, "[%-20s][%-6U][%-10B][%-4I][%-8J]", "shard", (uint64_t)7, (uint64_t)0,
+	       (int64_t)-1, "x");
+	cr_assert_str_eq(out, "[shard               ][7     ][0 B       ][-1  ][\"x\"     ]");
+}
+
+Test(fmt, printf_width_never_truncates)
+{
+	char out[128];
+	PRINTF(out, "[%3s][%2U][%4B][%-1J][%2P]", "longer", (uint64_t)123456, (uint64_t)5 * GiB,
+	       "abc", (uint64_t)1, (uint64_t)3);
+	cr_assert_str_eq(out, "[longer][123456][5.00 GiB][\"abc\"][33.3%]");
+}
+
+Test(fmt, printf_width_of_json_counts_the_escapes)
+{
+	char out[64];
+	PRINTF(out, "[%8J]", "a\"");
+	cr_assert_str_eq(out, "[   \"a\\\"\"]", "\"a\\\"\" is 5 characters: 3 spaces");
+	PRINTF(out, "[%12J]", "\t");
+	cr_assert_str_eq(out, "[    \"\\u0009\"]");
+}
+
+Test(fmt, printf_width_of_null_strings)
+{
+	char out[64];
+	PRINTF(out, "[%8s][%-6J]", (const char *)NULL, (const char *)NULL);
+	cr_assert_str_eq(out, "[  (null)][null  ]");
+}
+
+Test(fmt, printf_width_matches_cell_and_u64w)
+{
+	static const uint64_t values[] = {0, 9, 10, 1023, 1024, 123456789, UINT64_MAX};
+	for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+		char want[64], got[64], s[32];
+		RENDER(want, vmap_buf_u64w(&b, values[i], 11));
+		PRINTF(got, "%11U", values[i]);
+		cr_assert_str_eq(got, want);
+		RENDER(s, vmap_buf_bytes(&b, values[i]));
+		RENDER(want, vmap_buf_cell(&b, s, 11));
+		PRINTF(got, "%11B", values[i]);
+		cr_assert_str_eq(got, want);
+		RENDER(want, vmap_buf_cell(&b, s, -11));
+		PRINTF(got, "%-11B", values[i]);
+		cr_assert_str_eq(got, want);
+	}
+}
+
+Test(fmt, printf_unknown_conversion_is_copied_and_takes_no_argument)
+{
+	char out[64];
+	PRINTF(out, "%q %-5y %s", "taken by %s");
+	cr_assert_str_eq(out, "%q %-5y taken by %s");
+}
+
+Test(fmt, printf_lone_percent_at_the_end_prints_percent)
+{
+	char out[64];
+	PRINTF(out, "50%");
+	cr_assert_str_eq(out, "50%");
+	PRINTF(out, "50%-3");
+	cr_assert_str_eq(out, "50%");
+}
+
+Test(fmt, printf_into_a_small_collect_buffer_truncates)
+{
+	char data[10];
+	struct vmap_buf b = {VMAP_BUF_COLLECT, 0, sizeof data, data, 0};
+	vmap_buf_printf(&b, "%s|%12B|%U", "abc", (uint64_t)1536, (uint64_t)99);
+	cr_assert_eq(b.len, 10);
+	cr_assert(memcmp(data, "abc|    1.", 10) == 0, "padding and text are cut alike");
+	vmap_buf_printf(&b, "%U", (uint64_t)1);
+	cr_assert_eq(b.len, 10, "a full collect-only buffer takes nothing more");
+}
+
+Test(fmt, printf_truncates_like_the_functions_it_uses)
+{
+	char a[7], c[7];
+	struct vmap_buf ba = {VMAP_BUF_COLLECT, 0, sizeof a, a, 0};
+	struct vmap_buf bc = {VMAP_BUF_COLLECT, 0, sizeof c, c, 0};
+	vmap_buf_printf(&ba, "[%B]%J", (uint64_t)3 * MiB, "x");
+	vmap_buf_char(&bc, '[');
+	vmap_buf_bytes(&bc, 3 * MiB);
+	vmap_buf_char(&bc, ']');
+	vmap_buf_json_str(&bc, "x");
+	cr_assert_eq(ba.len, bc.len);
+	cr_assert(memcmp(a, c, ba.len) == 0);
+}
+
+Test(fmt, printf_into_a_small_fd_buffer_flushes_and_loses_nothing)
+{
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	char data[8];
+	struct vmap_buf b = {p[1], 0, sizeof data, data, 0};
+	for (int i = 0; i < 20; i++)
+		vmap_buf_printf(&b, "%-6s%12B|%5U%%%J\n", "row", (uint64_t)1536 * (uint64_t)i,
+				(uint64_t)i, "q\"");
+	cr_assert(b.len <= b.cap);
+	vmap_buf_flush(&b);
+	close(p[1]);
+	char want[2048];
+	size_t w = 0;
+	for (int i = 0; i < 20; i++) {
+		char line[128];
+		struct vmap_buf l = {VMAP_BUF_COLLECT, 0, sizeof line, line, 0};
+		vmap_buf_cell(&l, "row", -6);
+		char s[32];
+		RENDER(s, vmap_buf_bytes(&b, 1536 * (uint64_t)i));
+		vmap_buf_cell(&l, s, 12);
+		vmap_buf_char(&l, '|');
+		vmap_buf_u64w(&l, (uint64_t)i, 5);
+		vmap_buf_char(&l, '%');
+		vmap_buf_json_str(&l, "q\"");
+		vmap_buf_char(&l, '\n');
+		memcpy(want + w, line, l.len);
+		w += l.len;
+	}
+	want[w] = '\0';
+	char got[4096];
+	size_t n = 0;
+	ssize_t r;
+	while ((r = read(p[0], got + n, sizeof got - 1 - n)) > 0)
+		n += (size_t)r;
+	got[n] = '\0';
+	close(p[0]);
+	cr_assert_str_eq(got, want);
+}
