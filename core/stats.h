@@ -4,7 +4,9 @@
  * formatted without malloc or stdio, to its destinations (stderr, a new
  * file, at exit, on a signal).
  *
- * Defined in: stats.c; stats_report.h is what the report's parts share.
+ * Defined in: stats.c (the statistics and the figures), stats_text.c and
+ * stats_json.c (the renderings, and vmap_stats_xml), stats_out.c (the
+ * destinations, init and fork); stats_report.h is what they share.
  * Called by: alloc.c, preload/shim.c.
  */
 #ifndef VMAP_STATS_H

@@ -1,14 +1,15 @@
 /*
- * stats_report.h — what the parts of the report share, and nothing else uses:
+ * stats_report.h — what the files of the report share, and nothing else uses:
  * the figures of one report (collected by stats.c), the renderers of the
- * text, JSON and XML, and the shard tables they read.
+ * text (stats_text.c) and of JSON and XML (stats_json.c), and the shard
+ * tables they read.  stats_out.c puts them together for each destination.
  *
  * The figures are a flat array of uint64_t: first every statistic of
  * stats.def in its order (FIG_<name> == VMAP_STAT_<name>), then
  * large_bytes_peak, then what the system says and what is derived from the
  * rest.  Renderers read only the figures and the shard tables, never a
  * counter or an option, so one report shows one consistent set of figures,
- * and the tables of the text and JSON renderers name figures, not code.
+ * and the tables of stats_text.c and stats_json.c name figures, not code.
  */
 #ifndef VMAP_STATS_REPORT_H
 #define VMAP_STATS_REPORT_H
@@ -91,7 +92,7 @@ struct vmap_figures {
 	uint64_t v[FIG_COUNT];
 };
 
-/* Set by vmap_stats_init and vmap_stats_fork_child: the start time (at init) and, in a forked child, the
+/* Set by stats_out.c: the start time (at init) and, in a forked child, the
  * parent's pid. */
 extern uint64_t vmap_report_start_ns VMAP_HIDDEN;
 extern int vmap_report_parent_pid VMAP_HIDDEN;
@@ -119,7 +120,7 @@ void vmap_report_shard_row(unsigned i, struct vmap_shard_row *r);
 uint64_t vmap_report_class_areas(unsigned c); /* pooled areas of size class c */
 const char *vmap_report_state_name(unsigned k);
 
-/* One report's body (the profile follows). */
+/* stats_text.c, stats_json.c: one report's body (the profile follows). */
 void vmap_report_text(struct vmap_buf *b, const struct vmap_figures *f);
 void vmap_report_json(struct vmap_buf *b, const struct vmap_figures *f);
 void vmap_report_xml(struct vmap_buf *b, const struct vmap_figures *f);
