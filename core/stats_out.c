@@ -42,7 +42,6 @@
 
 static int fork_parent_pid; /* the forking process, taken before fork() */
 static int report_fd = 2;
-static int report_signal;
 static unsigned signal_reports;
 static int signal_busy;
 
@@ -213,8 +212,7 @@ static void install_signal(void)
 			 "leaving it (no report on the signal)", NULL, NULL);
 		return;
 	}
-	if (sigaction_fn(sigs[i], &sa, NULL) == 0)
-		report_signal = sigs[i];
+	sigaction_fn(sigs[i], &sa, NULL); /* cannot fail: a valid signal and handler */
 }
 
 void vmap_stats_init(void)
