@@ -4,7 +4,8 @@
  * A vmap_buf is a fixed buffer on the caller's stack bound to an fd; it
  * flushes itself when full.  Everything vmapalloc prints (diagnostics, the
  * option table, the report) goes through it, so printing can never re-enter
- * the allocator.
+ * the allocator.  No function here allocates, takes a lock or calls libc's
+ * stdio: all are safe in a signal handler.  Defined in fmt.c.
  */
 #ifndef VMAP_FMT_H
 #define VMAP_FMT_H
