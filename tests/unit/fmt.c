@@ -1,9 +1,14 @@
 /*
- * fmt.c — unit tests of core/fmt.c: the no-malloc formatter.
+ * fmt.c — unit tests of core/fmt.c, the no-malloc formatter, and of the
+ * report's renderings through it (stats_text.c, stats_json.c) for chosen
+ * figures.
  */
 #include "unit.h"
 
 #include "fmt.h"
+#include "stats.h"
+#include "stats_report.h"
+#include "vmapalloc.h"
 
 /* Renders with fn into a collect-only buffer and returns the text. */
 #define RENDER(out, call)                                          \
@@ -485,4 +490,191 @@ Test(fmt, printf_into_a_small_fd_buffer_flushes_and_loses_nothing)
 	got[n] = '\0';
 	close(p[0]);
 	cr_assert_str_eq(got, want);
+}
+
+/* ---- the report's renderings: vmap_buf_printf through stats' tables ------ */
+
+/* Figures chosen for the whole report; each statistic's value comes from its
+ * name, so that a statistic added to stats.def changes no other value.  The
+ * arena is not set up here: no shard tables. */
+static void report_figures(struct vmap_figures *f, bool in_signal)
+{
+	memset(f, 0, sizeof *f);
+	for (unsigned i = 0; i <= VMAP_STAT_COUNT; i++) {
+		uint32_t h = 2166136261u; /* FNV-1a */
+		for (const char *p = vmap_stat_name(i); *p; p++)
+			h = (h ^ (uint8_t)*p) * 16777619u;
+		f->v[i] = h % 100000000u;
+	}
+	uint64_t *v = f->v;
+	vmap_lazy_max = 64 * MiB;
+	f->when = VMAP_WHEN_EXIT;
+	strcpy(f->comm, "prog\"x");
+	v[FIG_pid] = 4242;
+	v[FIG_elapsed_ns] = 12810000;
+	v[FIG_rss] = 5 * MiB;
+	v[FIG_hwm] = 6 * MiB;
+	v[FIG_maps] = 120;
+	if (in_signal) {
+		f->when = VMAP_WHEN_SIGNAL;
+		strcpy(f->comm, "sig");
+		v[FIG_threads] = 1;
+		v[FIG_slabs_made] = 0;
+		v[FIG_foreign_pointers] = 0;
+		vmap_lazy_limit = vmap_lazy_max;
+		vmap_opt.purge_delay_ms = 0;
+		vmap_opt.purge_advice = VMAP_ADVICE_DONTNEED;
+	} else {
+		f->is = IS_SMALL | IS_ROLLUP;
+		v[FIG_parent_pid] = 41;
+		v[FIG_threads] = 3;
+		v[FIG_anon_huge] = 2 * MiB;
+		v[FIG_lazy_free] = 4096;
+		v[FIG_max_maps] = 65530;
+		v[FIG_small_in_use] = 300000;
+		v[FIG_small_heap] = 400000;
+		v[FIG_switch_ns] = 3500000;
+		vmap_lazy_limit = 128 * MiB;
+		vmap_opt.purge_delay_ms = 2000;
+		vmap_opt.purge_advice = VMAP_ADVICE_FREE;
+	}
+	vmap_report_derive(f);
+}
+
+static char report_out[16384];
+
+static const char *render_report(bool json, bool in_signal)
+{
+	struct vmap_figures f;
+	report_figures(&f, in_signal);
+	struct vmap_buf b = {VMAP_BUF_COLLECT, 0, sizeof report_out - 1, report_out, 0};
+	if (json)
+		vmap_report_json(&b, &f);
+	else
+		vmap_report_text(&b, &f);
+	cr_assert(b.len < b.cap, "the report fits the test's buffer");
+	report_out[b.len] = '\0';
+	return report_out;
+}
+
+Test(report, text_of_chosen_figures_is_exact)
+{
+	cr_assert_str_eq(
+		render_report(false, false),
+		"vmapalloc " VMAPALLOC_VERSION_STRING " report at exit: pid 4242 (prog\"x), "
+		"forked child of pid 41, 12.810 ms after start\n"
+		"  (2 other thread(s) still running: figures may be approximate)\n"
+		"  large blocks in use       46.6 MiB in 62127987 blocks (peak 88.7 MiB)\n"
+		"  small blocks in use       293 KiB (glibc, of a 391 KiB heap) + builtin slabs "
+		"56.6 MiB in 18880860; in all 179 MiB\n"
+		"  resident (VmRSS)          5.00 MiB (peak 6.00 MiB); AnonHugePages 2.00 MiB, "
+		"LazyFree 4.00 KiB\n"
+		"  cached for reuse          79.2 MiB (no arena yet: set up on the first large block "
+		"or served mmap)\n"
+		"  address space reserved    19.1 MiB in 51562506 region(s), 0 shard(s) (virtual: "
+		"untouched pages cost nothing)\n"
+		"  mappings                  120 of vm.max_map_count 65530 (0.2%)\n"
+		"  calls                     malloc 79453195, free 71705005, calloc 97020549, "
+		"realloc 33279475, aligned 11058793\n"
+		"  small / large             36367867 / 63777779 allocations (60.2 MiB large in "
+		"total); frees 18751788 / 36419268; foreign pointers left alone 46377690\n"
+		"  large reuse               pool hits 65295790 (37.6%), resident runs 25209145 "
+		"(14.5%; 22668163 from another shard), fresh 83282976 (page faults; 28047748 "
+		"extending a resident run); calloc zeroing skipped 65322161\n"
+		"  realloc of large blocks   in place 96416149, pages moved 79370186, copied 75954578\n"
+		"  purges                    34730581: 70.8 MiB returned in 79253639 system calls "
+		"(MADV_FREE), 73.931 ms\n"
+		"  program's mmap            served 12433570 (75.9 MiB in use), passed to the kernel "
+		"32595111; munmap 28687497 (partial 27693725), mremap 67283739, refused 35456873\n"
+		"  locks                     shared 21428759, shard 11716328 (contended 19.3%)\n"
+		"  counters                  per-CPU since the second thread, 3.500 ms after start");
+}
+
+Test(report, text_in_a_signal_handler_says_what_it_did_not_read)
+{
+	cr_assert_str_eq(
+		render_report(false, true),
+		"vmapalloc " VMAPALLOC_VERSION_STRING " report on signal: pid 4242 (sig), "
+		"12.810 ms after start\n"
+		"  large blocks in use       46.6 MiB in 62127987 blocks (peak 88.7 MiB)\n"
+		"  small blocks in use       (glibc's figures are not read in a signal handler)\n"
+		"  resident (VmRSS)          5.00 MiB (peak 6.00 MiB)\n"
+		"  cached for reuse          79.2 MiB (no arena yet: set up on the first large block "
+		"or served mmap)\n"
+		"  address space reserved    19.1 MiB in 51562506 region(s), 0 shard(s) (virtual: "
+		"untouched pages cost nothing)\n"
+		"  mappings                  120\n"
+		"  calls                     malloc 79453195, free 71705005, calloc 97020549, "
+		"realloc 33279475, aligned 11058793\n"
+		"  small (glibc) / large     36367867 / 63777779 allocations (60.2 MiB large in "
+		"total); frees 18751788 / 36419268\n"
+		"  large reuse               pool hits 65295790 (37.6%), resident runs 25209145 "
+		"(14.5%; 22668163 from another shard), fresh 83282976 (page faults; 28047748 "
+		"extending a resident run); calloc zeroing skipped 65322161\n"
+		"  realloc of large blocks   in place 96416149, pages moved 79370186, copied 75954578\n"
+		"  purges                    34730581: 70.8 MiB returned in 79253639 system calls "
+		"(MADV_DONTNEED), 73.931 ms\n"
+		"  program's mmap            served 12433570 (75.9 MiB in use), passed to the kernel "
+		"32595111; munmap 28687497 (partial 27693725), mremap 67283739, refused 35456873\n"
+		"  locks                     shared 21428759, shard 11716328 (contended 19.3%)\n"
+		"  counters                  atomic (no second thread has allocated yet)");
+}
+
+/* The JSON is head, then every statistic of stats.def in its order with its
+ * figure, then tail. */
+static void expect_json(bool in_signal, const char *head, const char *tail)
+{
+	const char *json = render_report(true, in_signal);
+	struct vmap_figures f;
+	report_figures(&f, in_signal);
+	size_t hl = strlen(head), tl = strlen(tail), n = strlen(json);
+	cr_assert(n > hl + tl);
+	cr_assert(strncmp(json, head, hl) == 0, "JSON starts\n%.*s\nwant\n%s", (int)hl, json, head);
+	const char *p = json + hl;
+	for (unsigned i = 0; i <= VMAP_STAT_COUNT; i++) {
+		char want[96];
+		RENDER(want, vmap_buf_printf(&b, "%s\"%s\": %U", i ? ", " : "", vmap_stat_name(i),
+					     f.v[i]));
+		cr_assert(strncmp(p, want, strlen(want)) == 0, "counter %u: want %s", i, want);
+		p += strlen(want);
+	}
+	cr_assert_str_eq(p, tail);
+}
+
+Test(report, json_of_chosen_figures_is_exact)
+{
+	expect_json(false,
+		    "{\"vmapalloc_report_version\": 1, \"version\": \"" VMAPALLOC_VERSION_STRING "\", "
+		    "\"when\": \"exit\", \"pid\": 4242, \"parent_pid\": 41, \"program\": \"prog\\\"x\", "
+		    "\"elapsed_ns\": 12810000, \"threads\": 3, \"approximate\": true, "
+		    "\"large_bytes_in_use\": 48854994, \"large_blocks_in_use\": 62127987, "
+		    "\"large_bytes_peak\": 93021826, \"small_bytes_in_use\": 300000, "
+		    "\"small_heap_bytes\": 400000, \"bytes_in_use\": 128737510, "
+		    "\"resident_bytes\": 5242880, \"resident_peak_bytes\": 6291456, "
+		    "\"anon_huge_pages_bytes\": 2097152, \"lazy_free_bytes\": 4096, "
+		    "\"mapped_bytes\": 20016034, \"cached_bytes\": 83020839, "
+		    "\"lazy_max_bytes\": 67108864, \"lazy_limit_bytes\": 134217728, "
+		    "\"purge_delay_ms\": 2000, \"purge_advice\": \"free\", \"mappings\": 120, "
+		    "\"max_map_count\": 65530, \"shards\": 0, \"counter_mode\": \"percpu\", "
+		    "\"counter_switch_ns\": 3500000, \"counters\": {",
+		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": []");
+}
+
+Test(report, json_in_a_signal_handler_has_nulls_for_what_it_did_not_read)
+{
+	expect_json(true,
+		    "{\"vmapalloc_report_version\": 1, \"version\": \"" VMAPALLOC_VERSION_STRING "\", "
+		    "\"when\": \"signal\", \"pid\": 4242, \"parent_pid\": 0, \"program\": \"sig\", "
+		    "\"elapsed_ns\": 12810000, \"threads\": 1, \"approximate\": true, "
+		    "\"large_bytes_in_use\": 48854994, \"large_blocks_in_use\": 62127987, "
+		    "\"large_bytes_peak\": 93021826, \"small_bytes_in_use\": null, "
+		    "\"small_heap_bytes\": null, \"bytes_in_use\": null, "
+		    "\"resident_bytes\": 5242880, \"resident_peak_bytes\": 6291456, "
+		    "\"anon_huge_pages_bytes\": null, \"lazy_free_bytes\": null, "
+		    "\"mapped_bytes\": 20016034, \"cached_bytes\": 83020839, "
+		    "\"lazy_max_bytes\": 67108864, \"lazy_limit_bytes\": 67108864, "
+		    "\"purge_delay_ms\": 0, \"purge_advice\": \"dontneed\", \"mappings\": 120, "
+		    "\"max_map_count\": null, \"shards\": 0, \"counter_mode\": \"atomic\", "
+		    "\"counter_switch_ns\": null, \"counters\": {",
+		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": []");
 }
