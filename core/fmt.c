@@ -313,7 +313,7 @@ void vmap_buf_printf(struct vmap_buf *b, const char *fmt, ...)
 				width = width * 10 + (*p - '0');
 		char conv = *p;
 		if (conv == '\0') {
-			vmap_buf_char(b, '%');
+			vmap_buf_mem(b, start, (size_t)(p - start)); /* cut short: as it is */
 			break;
 		}
 		if (conv == '%') {

@@ -77,8 +77,8 @@ void vmap_buf_cell(struct vmap_buf *b, const char *s, int w);
  *   %%  none           '%'
  *
  * There are no length modifiers: 64-bit integers are %U and %I.  An unknown
- * conversion is copied as it is and takes no argument; a '%' at the end of
- * fmt prints '%'.
+ * conversion, or a directive cut short by the end of fmt, is copied as it
+ * is and takes no argument.
  */
 void vmap_buf_printf(struct vmap_buf *b, const char *fmt, ...);
 

@@ -418,13 +418,13 @@ Test(fmt, printf_unknown_conversion_is_copied_and_takes_no_argument)
 	cr_assert_str_eq(out, "%q %-5y taken by %s");
 }
 
-Test(fmt, printf_lone_percent_at_the_end_prints_percent)
+Test(fmt, printf_directive_cut_short_by_the_end_is_copied)
 {
 	char out[64];
 	PRINTF(out, "50%");
 	cr_assert_str_eq(out, "50%");
 	PRINTF(out, "50%-3");
-	cr_assert_str_eq(out, "50%");
+	cr_assert_str_eq(out, "50%-3");
 }
 
 Test(fmt, printf_into_a_small_collect_buffer_truncates)
