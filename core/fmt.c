@@ -1,10 +1,21 @@
 /*
- * fmt.c — formatting into a fixed buffer, flushed to an fd with raw write(2).
+ * fmt.c — formatting into a fixed buffer, flushed to an fd with raw write(2):
+ * the number, size, time and JSON renderings, and vmap_buf_printf over them.
  *
- * Owns no state.  Never allocates.  Safe to call from the exit path and from
- * a signal handler (no locks).
+ * Owns no state.  Never allocates, never calls stdio or the printf family,
+ * takes no lock: safe on the exit path and in a signal handler.  Every byte
+ * goes through vmap_buf_mem, the one place that flushes a full buffer (or
+ * truncates a collect-only one).
+ *
+ * Called by: everything that prints -- the diagnostics (alloc.c, mmap.c,
+ * range.c, slab.c, lock.c, backend.c, preload/dlfcn.c), the option table
+ * (options.c), the report (stats*.c) and the profile (profile.c).
  */
 #include "fmt.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <string.h>
 
 #include "os.h"
 
@@ -215,4 +226,127 @@ void vmap_buf_cell(struct vmap_buf *b, const char *s, int w)
 	if (w < 0)
 		for (int i = n; i < width; i++)
 			vmap_buf_char(b, ' ');
+}
+
+/* Bytes vmap_buf_json_str writes for s. */
+static size_t json_str_len(const char *s)
+{
+	size_t n = 2;
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		n += c == '"' || c == '\\' ? 2 : c < 0x20 ? 6 : 1;
+	}
+	return n;
+}
+
+static void pad(struct vmap_buf *b, size_t n, int width)
+{
+	for (; n < (size_t)width; n++)
+		vmap_buf_char(b, ' ');
+}
+
+/* One conversion other than %s, %J and %%, without its width; false (and
+ * nothing taken or written) for a conversion vmap_buf_printf does not know. */
+static bool convert(struct vmap_buf *b, char conv, va_list *ap)
+{
+	switch (conv) {
+	case 'c':
+		vmap_buf_char(b, (char)va_arg(*ap, int));
+		break;
+	case 'u':
+		vmap_buf_u64(b, va_arg(*ap, unsigned));
+		break;
+	case 'd':
+		vmap_buf_i64(b, va_arg(*ap, int));
+		break;
+	case 'U':
+		vmap_buf_u64(b, va_arg(*ap, uint64_t));
+		break;
+	case 'I':
+		vmap_buf_i64(b, va_arg(*ap, int64_t));
+		break;
+	case 'x':
+		vmap_buf_hex(b, va_arg(*ap, uint64_t));
+		break;
+	case 'p':
+		vmap_buf_hex(b, (uintptr_t)va_arg(*ap, const void *));
+		break;
+	case 'B':
+		vmap_buf_bytes(b, va_arg(*ap, uint64_t));
+		break;
+	case 'P': {
+		uint64_t part = va_arg(*ap, uint64_t);
+		vmap_buf_pct(b, part, va_arg(*ap, uint64_t));
+		break;
+	}
+	case 'M':
+		vmap_buf_ms(b, va_arg(*ap, uint64_t));
+		break;
+	default:
+		return false;
+	}
+	return true;
+}
+
+/* Strings are written straight through (their length is known before);
+ * every other conversion is at most 24 characters ("-9223372036854775808",
+ * "16384 PiB"), so a padded one is rendered into a small collect-only
+ * buffer first. */
+void vmap_buf_printf(struct vmap_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	for (const char *p = fmt; *p; p++) {
+		const char *run = p;
+		while (*p && *p != '%')
+			p++;
+		vmap_buf_mem(b, run, (size_t)(p - run));
+		if (!*p)
+			break;
+		const char *start = p++;
+		bool left = *p == '-';
+		if (left)
+			p++;
+		int width = 0;
+		for (; *p >= '0' && *p <= '9'; p++)
+			if (width < 10000)
+				width = width * 10 + (*p - '0');
+		char conv = *p;
+		if (conv == '\0') {
+			vmap_buf_mem(b, start, (size_t)(p - start)); /* cut short: as it is */
+			break;
+		}
+		if (conv == '%') {
+			vmap_buf_char(b, '%');
+		} else if (conv == 's' || conv == 'J') {
+			const char *s = va_arg(ap, const char *);
+			size_t n = !s ? (conv == 's' ? 6 : 4) : conv == 's' ? strlen(s) : json_str_len(s);
+			if (!left)
+				pad(b, n, width);
+			if (!s)
+				vmap_buf_str(b, conv == 's' ? "(null)" : "null");
+			else if (conv == 's')
+				vmap_buf_mem(b, s, n);
+			else
+				vmap_buf_json_str(b, s);
+			if (left)
+				pad(b, n, width);
+		} else if (!width) {
+			if (!convert(b, conv, &ap))
+				vmap_buf_mem(b, start, (size_t)(p - start + 1)); /* unknown: as it is */
+		} else {
+			char tmp[32];
+			struct vmap_buf t = {VMAP_BUF_COLLECT, 0, sizeof tmp, tmp, 0};
+			if (!convert(&t, conv, &ap)) {
+				vmap_buf_mem(b, start, (size_t)(p - start + 1));
+				continue;
+			}
+			if (!left)
+				pad(b, t.len, width);
+			vmap_buf_mem(b, tmp, t.len);
+			if (left)
+				pad(b, t.len, width);
+		}
+	}
+	va_end(ap);
 }

@@ -1,7 +1,13 @@
 /*
- * stats.h — the report: every figure of stats.def and what the system says,
- * as text, JSON or the XML of malloc_info(), formatted without malloc or
- * stdio; its destinations (stderr, a new file, at exit, on a signal).
+ * stats.h — the statistics of stats.def by name, and the report: every
+ * figure and what the system says, as text, JSON or the XML of malloc_info(),
+ * formatted without malloc or stdio, to its destinations (stderr, a new
+ * file, at exit, on a signal).
+ *
+ * Defined in: stats.c (the statistics and the figures), stats_text.c and
+ * stats_json.c (the renderings, and vmap_stats_xml), stats_out.c (the
+ * destinations, init and fork); stats_report.h is what they share.
+ * Called by: alloc.c, preload/shim.c.
  */
 #ifndef VMAP_STATS_H
 #define VMAP_STATS_H
