@@ -103,36 +103,16 @@ struct piece {
 };
 
 /* The area or free run containing page a (tags sit at heads and free tails). */
-static struct piece piece_at(struct vmap_region *r, uintptr_t a)
+static struct piece piece_at(uintptr_t a)
 {
-	struct vmap_pte *e = vmap_pte_of(r, a);
-	size_t i = (a - r->base) >> VMAP_PAGE_SHIFT;
-	struct piece p = {0, 0, 0, PIECE_HOLE};
-	size_t c = i >> (VMAP_CHUNK_SHIFT - VMAP_PAGE_SHIFT);
-	if (vmap_chunk_is_free(__atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED))) {
-		/* A chunk no shard took yet: free, up to the chunk's end. */
-		p.head = a;
-		p.end = r->base + ((c + 1) << VMAP_CHUNK_SHIFT);
-		return p;
-	}
-	uint64_t t = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
-	if (vmap_tag_state(t) == VMAP_ST_FREE_TAIL) {
-		uint64_t n = vmap_tag_pages(t);
-		p.head = a - ((n - 1) << VMAP_PAGE_SHIFT);
-		t = __atomic_load_n(&vmap_pte_of(r, p.head)->tag, __ATOMIC_ACQUIRE);
-	} else {
-		while (!t && i > 0) {
-			i--;
-			e--;
-			t = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
-		}
-		p.head = r->base + (i << VMAP_PAGE_SHIFT);
-	}
-	p.tag = t;
-	p.end = p.head + (vmap_tag_pages(t) << VMAP_PAGE_SHIFT);
-	switch (vmap_tag_state(t)) {
+	struct vmap_pte_ref ref;
+	vmap_pte_lookup(a, VMAP_PTE_AREA, &ref);
+	struct piece p = {ref.head, ref.tag, ref.end, PIECE_HOLE};
+	if (!ref.pte)
+		return p; /* a chunk no shard took yet: free, up to the chunk's end */
+	switch (vmap_tag_state(ref.tag)) {
 	case VMAP_ST_LIVE:
-		p.kind = (t & VMAP_TAG_MMAP) ? PIECE_MAPPED : PIECE_MALLOC;
+		p.kind = (ref.tag & VMAP_TAG_MMAP) ? PIECE_MAPPED : PIECE_MALLOC;
 		break;
 	case VMAP_ST_FOREIGN:
 		p.kind = PIECE_FOREIGN;
@@ -169,7 +149,7 @@ static int walk(uintptr_t a, uintptr_t e, piece_fn fn, void *arg)
 			a = next;
 			continue;
 		}
-		struct piece p = piece_at(r, a);
+		struct piece p = piece_at(a);
 		uintptr_t pe = p.end < e ? p.end : e;
 		if (pe > r->base + r->size)
 			pe = r->base + r->size;
@@ -264,7 +244,7 @@ enum {
 	VA_ONFAULT = 1 << 12,
 	VA_SEALED = 1 << 14, /* mseal: bit 44 of the head tag (VMAP_TAG_VMA) */
 	VA_BITS = 0x1fff | VA_SEALED,
-	VA_APART = 1 << 13, /* a label, in a page's stamp only: see below */
+	VA_APART = 1 << 13, /* a label, in a page's page_attr only: see below */
 };
 /*
  * VA_APART: the kernel can keep two neighbouring VMAs apart although their
@@ -275,7 +255,7 @@ enum {
  * EFAULT.  Such boundaries are kept by labels: two neighbouring pages of
  * equal attributes are in different VMAs where VA_APART differs.  The first
  * page's label is 0 (its head tag has no room); the others' is in their
- * stamps.  A label is never applied to the kernel (realize_attrs), never
+ * page_attr words.  A label is never applied to the kernel (realize_attrs), never
  * written to a head tag (attrs_bits), and dropped where pages move
  * (inherit_attrs).  It follows the kernel's merges (relabel): a VMA whose
  * flags change by mprotect/madvise/mlock/munlock/mseal merges with the
@@ -286,7 +266,6 @@ enum {
  */
 #define VA_FRESH ((unsigned)(PROT_READ | PROT_WRITE)) /* what a served mmap() has */
 #define VA_PUB(v) ((v) & (unsigned)VA_BITS) /* the attributes without the label */
-#define SEG_MARK (1ull << 62) /* in a page's stamp: its attributes follow (for a reader's eye) */
 
 static inline unsigned head_attrs(uint64_t t)
 {
@@ -303,13 +282,13 @@ static unsigned attrs_at(struct vmap_region *r, uintptr_t head, uint64_t t, uint
 {
 	if (x == head || !(t & VMAP_TAG_SEGS))
 		return head_attrs(t);
-	return ((unsigned)vmap_pte_of(r, x)->stamp & (VA_BITS | VA_APART)) ^ VA_FRESH;
+	return ((unsigned)vmap_pte_of(r, x)->page_attr & (VA_BITS | VA_APART)) ^ VA_FRESH;
 }
 
 static void set_attrs(struct vmap_region *r, uintptr_t x, uintptr_t e, unsigned v)
 {
 	for (struct vmap_pte *p = vmap_pte_of(r, x); x < e; x += VMAP_PAGE, p++)
-		p->stamp = SEG_MARK | (v ^ VA_FRESH);
+		p->page_attr = VMAP_PTE_SEG | (v ^ VA_FRESH);
 }
 
 /* Changes the attribute bits of a live served mapping's head tag (the rest
@@ -445,9 +424,9 @@ static void rebase_labels(struct vmap_region *r, uintptr_t head, uint64_t t, uin
 		return;
 	for (x += VMAP_PAGE; x < end; x += VMAP_PAGE) {
 		struct vmap_pte *q = vmap_pte_of(r, x);
-		if (VA_PUB(((unsigned)q->stamp) ^ VA_FRESH) != VA_PUB(v))
+		if (VA_PUB(((unsigned)q->page_attr) ^ VA_FRESH) != VA_PUB(v))
 			break;
-		q->stamp ^= VA_APART;
+		q->page_attr ^= VA_APART;
 	}
 }
 
@@ -666,7 +645,7 @@ static int take_hole(struct vmap_region *r, struct piece *p, uintptr_t a, uintpt
 		struct vmap_shard *here = vmap_shard_here(&cpu);
 		if (!vmap_chunk_claim_at(a, here))
 			return 1;
-		struct piece np = piece_at(r, a);
+		struct piece np = piece_at(a);
 		return take_hole(r, &np, a, e, arg);
 	}
 	if (p->kind != PIECE_HOLE)
@@ -895,7 +874,7 @@ static void relabel(struct vmap_region *r, uintptr_t head, uintptr_t end, uint64
 		oprev = nprev = attrs_at(r, head, t, x - VMAP_PAGE);
 	}
 	for (struct vmap_pte *q = vmap_pte_of(r, x); x < end; x += VMAP_PAGE, q++) {
-		unsigned o = ((unsigned)q->stamp & (VA_BITS | VA_APART)) ^ VA_FRESH;
+		unsigned o = ((unsigned)q->page_attr & (VA_BITS | VA_APART)) ^ VA_FRESH;
 		unsigned pub = x < e ? VA_PUB(attrs_after(o, op, arg)) : VA_PUB(o);
 		bool c = pub != VA_PUB(o);
 		bool bound = !keep && (c || cprev) ? pub != VA_PUB(nprev) : o != oprev;
@@ -905,7 +884,7 @@ static void relabel(struct vmap_region *r, uintptr_t head, uintptr_t end, uint64
 		unsigned n = pub | label;
 		if (x >= e && n == o)
 			break; /* the rest is as it was */
-		q->stamp = SEG_MARK | (n ^ VA_FRESH);
+		q->page_attr = VMAP_PTE_SEG | (n ^ VA_FRESH);
 		oprev = o;
 		nprev = n;
 		cprev = c;
@@ -944,7 +923,7 @@ static void record_attrs(struct vmap_region *r, struct piece *p, uintptr_t a, ui
  * nothing: the VMA stays one of its own (its labels say so). */
 static void unlock_vmas(struct vmap_region *r, uintptr_t head, uintptr_t x, uintptr_t e)
 {
-	struct piece p = piece_at(r, head);
+	struct piece p = piece_at(head);
 	uint64_t t = p.tag;
 	unsigned vx = attrs_at(r, head, t, x), ve = attrs_at(r, head, t, e - VMAP_PAGE);
 	while (x > head && attrs_at(r, head, t, x - VMAP_PAGE) == vx)
@@ -1178,7 +1157,7 @@ static bool carve_at(uintptr_t d, size_t len)
 	uintptr_t e = d + len;
 	if (!r || e > r->base + r->size)
 		return false;
-	struct piece p = piece_at(r, d);
+	struct piece p = piece_at(d);
 	if (p.kind != PIECE_HOLE || !p.tag)
 		return false;
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(p.tag)];
@@ -1189,7 +1168,7 @@ static bool carve_at(uintptr_t d, size_t len)
 	unsigned n = 0;
 	vmap_shard_lock(s);
 	for (uintptr_t x = d; x < e; x = p.end) {
-		p = piece_at(r, x);
+		p = piece_at(x);
 		if (n == CARVE_RUNS || vmap_tag_state(p.tag) != VMAP_ST_FREE ||
 		    vmap_tag_shard(p.tag) != s->id || (p.tag & VMAP_TAG_BIG)) {
 			vmap_shard_unlock(s);
@@ -1242,7 +1221,7 @@ static void *remap_fixed(struct vmap_region *r, struct piece *p, void *old, size
 	if (r && !(flags & MREMAP_DONTUNMAP) && p->kind == PIECE_MAPPED) {
 		/* The pages left this place: fill the hole, then it is unmapped. */
 		vmap_os_map_fresh(old, ol);
-		struct piece cur = piece_at(r, a);
+		struct piece cur = piece_at(a);
 		cut_mapped(r, &cur, a, a + ol);
 	}
 	return m;
@@ -1304,7 +1283,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 			return remap_fixed(NULL, NULL, old, old_len, new_len, flags, new_addr, ol, nl);
 		return vmap_os_mremap(old, old_len, new_len, flags, new_addr);
 	}
-	struct piece p = piece_at(r, a);
+	struct piece p = piece_at(a);
 	if (p.kind == PIECE_MALLOC) {
 		refuse("mremap", a);
 		return (void *)(intptr_t)-EINVAL;
@@ -1358,7 +1337,7 @@ void *vmap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *ne
 		if (!carve_at(d, nl))
 			return remap_fixed(r, &p, old, old_len, new_len, flags, new_addr, ol, nl);
 		q = new_addr;
-		p = piece_at(r, a); /* the destination may have cut the mapping's head off */
+		p = piece_at(a); /* the destination may have cut the mapping's head off */
 	} else {
 		q = serve(nl, 0);
 		if (!q) {
@@ -1432,7 +1411,7 @@ copied:
 	 * are given them. */
 	inherit_attrs(r, st, p.head, a, moved, (uintptr_t)q, nl, vmap_os_is_err(m) ? 0 : moved);
 	if (!(flags & MREMAP_DONTUNMAP)) {
-		struct piece cur = piece_at(r, a);
+		struct piece cur = piece_at(a);
 		cut_mapped(r, &cur, a, a + ol);
 	} else if (locked || vmap_os_is_err(m)) {
 		/* The program's DONTUNMAP: the old range stays, reads zero and keeps

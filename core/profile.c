@@ -543,45 +543,46 @@ void vmap_profile_thread_exit(void)
 
 /*
  * A live large block or served mapping has a page-table entry at its head
- * whose next, prev and stamp the range allocator leaves alone while the block
- * is live (range.h): the profile keeps the block's record there, so that
- * recording and forgetting it take no table, hash or lock:
+ * whose link words the range allocator leaves alone while the block is live
+ * (pte.h): the profile keeps the block's record there, so that recording and
+ * forgetting it take no table, hash or lock:
  *
- *   prev  = PTE_SITE | site id   (bit 63: a link is an arena address or 0)
- *   stamp = weighted bytes        next = weighted count (x COUNT_ONE)
+ *   prof_site  = PTE_SITE | site id   (bit 63: a link is an arena address or 0)
+ *   prof_bytes = weighted bytes        prof_count = weighted count (x COUNT_ONE)
  *
  * Written once the block is published live (the program owns it; nothing
- * else reads those words then), consumed — prev back to 0 — while it is still
- * live, before free/realloc/munmap give it back: so a pte that returns to a
- * pool or a free run, or becomes the interior of a merged run, never carries
- * a site, and a block allocated before the profile started (or while this
- * thread was recording) carries none either.  A served mapping that munmap()
- * splits hands its record to the pieces that remain (vmap_profile_mmap_cut).
+ * else reads those words then), consumed — prof_site back to 0 — while it is
+ * still live, before free/realloc/munmap give it back: so a pte that returns
+ * to a pool or a free run, or becomes the interior of a merged run, never
+ * carries a site, and a block allocated before the profile started (or while
+ * this thread was recording) carries none either.  A served mapping that
+ * munmap() splits hands its record to the pieces that remain
+ * (vmap_profile_mmap_cut).
  */
-#define PTE_SITE VMAP_PROFILE_PTE_SITE
+#define PTE_SITE VMAP_PTE_SITE
 
 static inline void pte_note(struct vmap_pte *e, uint32_t id, int64_t bytes, int64_t count)
 {
-	e->stamp = (uint64_t)bytes;
-	e->next = (uintptr_t)count;
-	__atomic_store_n(&e->prev, (uintptr_t)(PTE_SITE | id), __ATOMIC_RELAXED);
+	e->prof_bytes = (uint64_t)bytes;
+	e->prof_count = (uintptr_t)count;
+	__atomic_store_n(&e->prof_site, (uintptr_t)(PTE_SITE | id), __ATOMIC_RELAXED);
 }
 
 /* Takes the record of the block whose head entry is e (if it has one) off its
  * site's live figures. */
 static void pte_forget(struct vmap_pte *e)
 {
-	uintptr_t w = __atomic_load_n(&e->prev, __ATOMIC_RELAXED);
+	uintptr_t w = __atomic_load_n(&e->prof_site, __ATOMIC_RELAXED);
 	if (!(w & PTE_SITE))
 		return;
-	__atomic_store_n(&e->prev, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->prof_site, 0, __ATOMIC_RELAXED);
 	struct vmap_profile_tls *t = &vmap_profile_tls;
 	if (t->busy) { /* a signal handler freeing in the middle of a record */
 		vmap_stat_inc_local(VMAP_STAT_profile_skipped);
 		return;
 	}
 	t->busy = 1;
-	site_delta((uint32_t)w, 0, 0, -(int64_t)e->stamp, -(int64_t)e->next, 0);
+	site_delta((uint32_t)w, 0, 0, -(int64_t)e->prof_bytes, -(int64_t)e->prof_count, 0);
 	t->busy = 0;
 }
 
@@ -602,20 +603,20 @@ static inline struct vmap_pte *pte_at(uintptr_t a)
 static void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, uintptr_t e)
 {
 	struct vmap_pte *h = pte_at(head);
-	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	uintptr_t w = __atomic_load_n(&h->prof_site, __ATOMIC_RELAXED);
 	if (!(w & PTE_SITE))
 		return;
 	struct vmap_profile_tls *t = &vmap_profile_tls;
 	bool left = a > head, right = e < end;
 	int64_t cut = (int64_t)(e - a), count = 0;
 	if (!left)
-		__atomic_store_n(&h->prev, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&h->prof_site, 0, __ATOMIC_RELAXED);
 	else
-		h->stamp = a - head;
+		h->prof_bytes = a - head;
 	if (right)
 		pte_note(pte_at(e), (uint32_t)w, (int64_t)(end - e), COUNT_ONE);
 	if (!left && !right)
-		count = -(int64_t)h->next;
+		count = -(int64_t)h->prof_count;
 	else if (left && right)
 		count = COUNT_ONE;
 	if (t->busy) {
@@ -631,11 +632,11 @@ static void vmap_profile_mmap_cut(uintptr_t head, uintptr_t end, uintptr_t a, ui
 static void vmap_profile_mmap_grow(uintptr_t head, size_t bytes)
 {
 	struct vmap_pte *h = pte_at(head);
-	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	uintptr_t w = __atomic_load_n(&h->prof_site, __ATOMIC_RELAXED);
 	struct vmap_profile_tls *t = &vmap_profile_tls;
 	if (!(w & PTE_SITE) || t->busy)
 		return;
-	h->stamp += bytes;
+	h->prof_bytes += bytes;
 	t->busy = 1;
 	site_delta((uint32_t)w, (int64_t)bytes, 0, (int64_t)bytes, 0, 0);
 	t->busy = 0;
@@ -649,10 +650,10 @@ static void vmap_profile_mmap_moved(uintptr_t head, uintptr_t q, size_t len, siz
 	struct vmap_pte *h = pte_at(head), *n = pte_at(q);
 	if (!n)
 		return; /* the kernel's */
-	uintptr_t w = __atomic_load_n(&h->prev, __ATOMIC_RELAXED);
+	uintptr_t w = __atomic_load_n(&h->prof_site, __ATOMIC_RELAXED);
 	struct vmap_profile_tls *t = &vmap_profile_tls;
 	if (!(w & PTE_SITE) || t->busy) {
-		__atomic_store_n(&n->prev, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&n->prof_site, 0, __ATOMIC_RELAXED);
 		return;
 	}
 	pte_note(n, (uint32_t)w, (int64_t)len, COUNT_ONE);

@@ -85,24 +85,15 @@ __attribute__((always_inline)) static inline void vmap_profile_alloc(void *p, si
 			    (uintptr_t)__builtin_dwarf_cfa());
 }
 
-/* Bit 63 of a live arena block's head pte `prev`: the block was sampled,
- * and its record is there (profile.c). */
-#define VMAP_PROFILE_PTE_SITE (1ull << 63)
-
 /* Before p is released by free or realloc; owned: p lies in the arena
  * (vmap_range_owns), which the caller knows.  Inline so that the free of a
- * block that was not sampled costs two loads. */
+ * block that was not sampled costs a few loads. */
 static inline void vmap_profile_free_known(void *p, bool owned)
 {
-	uintptr_t a = (uintptr_t)p;
 	if (owned) {
-		/* In a region for sure: no span test, the first region is the
-		 * usual one. */
-		struct vmap_region *r = vmap_regions;
-		while (a - r->base >= r->size)
-			r++;
-		if (!(a & (VMAP_PAGE - 1)) &&
-		    (__atomic_load_n(&vmap_pte_of(r, a)->prev, __ATOMIC_RELAXED) & VMAP_PROFILE_PTE_SITE))
+		struct vmap_pte_ref ref;
+		if (vmap_pte_lookup((uintptr_t)p, VMAP_PTE_LIVE, &ref) &&
+		    (__atomic_load_n(&ref.pte->prof_site, __ATOMIC_RELAXED) & VMAP_PTE_SITE))
 			vmap_profile_forget(p);
 	} else if (vmap_profile_filter[vmap_profile_filter_slot(p)]) {
 		vmap_profile_forget(p);

@@ -1289,23 +1289,18 @@ __attribute__((noinline, cold, noreturn)) static void invalid_pointer(const char
 	vmap_os_abort();
 }
 
-/* The one validating lookup: the pte of a live block start (and, when
- * region is not NULL, its region), or abort. */
+/* The pte of a live block start (and, when region is not NULL, its
+ * region), or stop the program naming `who`. */
 static struct vmap_pte *live_pte(const void *p, const char *who, uint64_t *tag,
 				 struct vmap_region **region)
 {
-	uintptr_t a = (uintptr_t)p;
-	struct vmap_region *r = vmap_region_of(a);
-	if (!r || (a & (VMAP_PAGE - 1)))
-		invalid_pointer(who, p, 0);
-	struct vmap_pte *e = vmap_pte_of(r, a);
-	uint64_t t = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
-	if (vmap_tag_state(t) != VMAP_ST_LIVE)
-		invalid_pointer(who, p, t);
-	*tag = t;
+	struct vmap_pte_ref ref;
+	if (!vmap_pte_lookup((uintptr_t)p, VMAP_PTE_LIVE, &ref))
+		invalid_pointer(who, p, ref.tag);
+	*tag = ref.tag;
 	if (region)
-		*region = r;
-	return e;
+		*region = ref.region;
+	return ref.pte;
 }
 
 /* The counters of a large block freed (its usable bytes: all but the guard). */

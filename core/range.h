@@ -13,6 +13,7 @@
 
 #include "lock.h"
 #include "os.h"
+#include "pte.h"
 #include "section.h"
 #include "thread.h"
 
@@ -76,125 +77,6 @@ void vmap_range_check(void);
 
 /* ---- internal (range.c and purge.c) ------------------------------------ */
 
-#define VMAP_CHUNK_SHIFT 26 /* 64 MiB: the unit shards take from the arena */
-#define VMAP_CHUNK ((size_t)1 << VMAP_CHUNK_SHIFT)
-#define VMAP_CHUNK_PAGES (VMAP_CHUNK >> VMAP_PAGE_SHIFT)
-#define VMAP_MAX_REGIONS 64
-#define VMAP_MAX_SHARDS 128
-#define VMAP_BIG_MIN VMAP_HUGE_PAGE /* areas this large are 2 MiB aligned */
-#define VMAP_BIG_PAGES (VMAP_BIG_MIN >> VMAP_PAGE_SHIFT)
-
-/*
- * Page-table entry, one per arena page, out of band (in its own mapping, so
- * an overflow of user data cannot reach it).  Only "head" pages carry a tag:
- *
- *   tag = state:4 | zero:1 | big:1 | advised:1 | guarded:1 | shard:8 |
- *         mmap:1 | attr:1 | protected:1 | spare:1 | segs:1 | vma:13 | pages:30
- *
- *   LIVE       start of a block the program owns
- *   CACHED     start of a freed area held resident in a pool
- *   PURGING    start of an area a purge is releasing
- *   FREE       start of a run of free address space (in a shard's bins)
- *   FREE_TAIL  last page of a free run of more than one page
- *
- * Every other entry is 0: that is what makes `free` of an interior pointer
- * or of a freed block detectable in O(1).  next/prev link areas in pools and
- * runs in free bins; stamp is when an area entered its pool (for decay).
- * While an area is LIVE, range.c neither reads nor writes its head's next,
- * prev and stamp: the allocation profile (profile.c) keeps the block's site
- * there (prev has bit 63 set then, which no link has), writing them after
- * the block is published live and clearing prev before it is freed.
- *
- * A live served mapping (MMAP) also mirrors the kernel VMAs the program would
- * see there (mmap.c): `vma` holds the attributes that mprotect, madvise and
- * mlock gave its first page (0: as mmap() made it), and when `segs` is set
- * the stamp of every other page of the area holds that page's (the area was
- * split; an interior entry is otherwise unused while the area is live).
- * Pages are at most 2^30 per area: a region is at most 1 TiB (2^28 pages).
- */
-struct vmap_pte {
-	uint64_t tag;
-	uintptr_t next, prev;
-	uint64_t stamp;
-};
-
-enum {
-	VMAP_ST_NONE = 0,
-	VMAP_ST_LIVE = 1,
-	VMAP_ST_CACHED = 2,
-	VMAP_ST_PURGING = 3,
-	VMAP_ST_FREE = 4,
-	VMAP_ST_FREE_TAIL = 5,
-	VMAP_ST_FOREIGN = 6, /* arena pages the program mapped over (MAP_FIXED) */
-};
-#define VMAP_TAG_ZERO (1ull << 59)
-#define VMAP_TAG_BIG (1ull << 58)
-#define VMAP_TAG_ADVISED (1ull << 57)
-#define VMAP_TAG_GUARDED (1ull << 56)
-#define VMAP_TAG_MMAP (1ull << 47) /* a live area the program got from mmap() */
-#define VMAP_TAG_ATTR (1ull << 46) /* the program changed its protection/advice/lock */
-#define VMAP_TAG_PROTECTED (1ull << 45)
-#define VMAP_TAG_SEGS (1ull << 43) /* a live MMAP area whose pages differ in attributes */
-#define VMAP_TAG_VMA_SHIFT 30
-/* Attributes of the first page: bits 30-42, and bit 44 (sealed, mmap.c). */
-#define VMAP_TAG_VMA ((0x1fffull << VMAP_TAG_VMA_SHIFT) | (1ull << 44))
-
-/* The state of a free run: known zero (fresh, or purged with MADV_DONTNEED),
- * dirty (freed, resident, counted as cached, to be purged), advised
- * (released with MADV_FREE, or a purge whose madvise failed: not zero, not
- * cached, never purged again), guarded (pages the program munmap()ed:
- * they fault on access until un-guarded, and are zero after), or protected
- * (munmap()ed lazily: PROT_NONE so they fault, but still resident, counted as
- * cached; reuse costs one mprotect and a memset instead of a fault per page). */
-enum vmap_run_state {
-	VMAP_RUN_ZERO = 0,
-	VMAP_RUN_DIRTY = 1,
-	VMAP_RUN_ADVISED = 2,
-	VMAP_RUN_GUARDED = 3,
-	VMAP_RUN_PROTECTED = 4, /* munmap()ed lazily: PROT_NONE, pages still resident */
-};
-
-static inline unsigned vmap_tag_run_state(uint64_t t)
-{
-	return (t & VMAP_TAG_ZERO)      ? VMAP_RUN_ZERO
-	       : (t & VMAP_TAG_GUARDED) ? VMAP_RUN_GUARDED
-	       : (t & VMAP_TAG_PROTECTED) ? VMAP_RUN_PROTECTED
-	       : (t & VMAP_TAG_ADVISED) ? VMAP_RUN_ADVISED
-					: VMAP_RUN_DIRTY;
-}
-#define VMAP_TAG_PAGES ((1ull << 30) - 1)
-
-static inline unsigned vmap_tag_state(uint64_t t) { return (unsigned)(t >> 60); }
-static inline uint64_t vmap_tag_pages(uint64_t t) { return t & VMAP_TAG_PAGES; }
-static inline unsigned vmap_tag_shard(uint64_t t) { return (unsigned)(t >> 48) & 0xff; }
-static inline uint64_t vmap_tag_make(unsigned state, unsigned shard, uint64_t pages, uint64_t flags)
-{
-	return ((uint64_t)state << 60) | flags | ((uint64_t)shard << 48) | pages;
-}
-
-struct vmap_slab;
-struct vmap_region {
-	uintptr_t base;
-	size_t size;
-	struct vmap_pte *pt;     /* size / PAGE entries */
-	uint16_t *chunk_owner;   /* (shard + 1) | big << 15; shard bits 0: free (see below) */
-	uint32_t *chunk_moves;   /* VMAs realloc moves left in each chunk (range.c: vmap_moves) */
-	size_t nchunks;
-	size_t pt_bytes, owner_bytes;
-	struct vmap_slab *slabs; /* slab descriptors, one per 64 KiB (slab.c); NULL until the first slab */
-	size_t slabs_each;       /* bytes of slabs per chunk (global lock) */
-};
-
-/* A chunk whose owner has no shard bits is free for any shard to claim.
- * VMAP_CHUNK_WAS_BIG alone marks a free chunk a shard gave back after using it
- * for the big kind: its range is still advised MADV_HUGEPAGE, so claims prefer
- * it for big areas and a small claim that has to take it advises it back. */
-#define VMAP_CHUNK_WAS_BIG 0x8000u
-static inline bool vmap_chunk_is_free(uint16_t owner)
-{
-	return !(owner & 0x7fffu);
-}
-
 /* Pools: one per exact area size of 2..POOL_PAGES+1 pages (guard included).
  * Larger freed areas become resident ("dirty") free runs that coalesce with
  * their free neighbours, so any later size can reuse them (see range.c). */
@@ -228,17 +110,11 @@ struct vmap_shard {
 	struct vmap_pool pool[VMAP_NCLASSES];
 } __attribute__((aligned(64)));
 
-extern struct vmap_region vmap_regions[VMAP_MAX_REGIONS] VMAP_HIDDEN;
-extern unsigned vmap_nregions VMAP_HIDDEN;
 extern struct vmap_shard *vmap_shards;
 extern unsigned vmap_nshards;
 extern uint64_t vmap_lazy_max;
 extern uint64_t vmap_lazy_limit; /* the adaptive pressure limit (purge.c) */
 extern uint64_t vmap_pool_exact; /* areas of up to this many pages are pooled */
-
-/* [vmap_span_lo, vmap_span_hi) covers every region: one compare rejects the
- * pointers of glibc's heap, the common case of free() under the libc backend. */
-extern uintptr_t vmap_span_lo VMAP_HIDDEN, vmap_span_hi VMAP_HIDDEN;
 
 /* The first region's slab descriptors, for free()'s fast path (alloc.c):
  * one compare tells a pointer in that region, and the descriptor is one
@@ -253,28 +129,6 @@ struct vmap_slab_index {
 extern struct vmap_slab_index vmap_slab0 VMAP_HIDDEN;
 /* Profiling: size 0 for good (vmap_fast_paths_off). */
 void vmap_range_fast_free_off(void);
-
-static inline struct vmap_region *vmap_region_of(uintptr_t a)
-{
-	uintptr_t hi = __atomic_load_n(&vmap_span_hi, __ATOMIC_ACQUIRE); /* a plain load on x86-64 */
-	if (a - vmap_span_lo >= hi - vmap_span_lo)
-		return NULL;
-	/* The first region (the usual one): no count to load, no loop.  Its
-	 * base and size are written before the span covers it (release, read
-	 * above with acquire), and never change after. */
-	if (a - vmap_regions[0].base < vmap_regions[0].size)
-		return &vmap_regions[0];
-	unsigned n = __atomic_load_n(&vmap_nregions, __ATOMIC_ACQUIRE);
-	for (unsigned i = 1; i < n; i++)
-		if (a - vmap_regions[i].base < vmap_regions[i].size)
-			return &vmap_regions[i];
-	return NULL;
-}
-
-static inline struct vmap_pte *vmap_pte_of(struct vmap_region *r, uintptr_t a)
-{
-	return &r->pt[(a - r->base) >> VMAP_PAGE_SHIFT];
-}
 
 /* Locks a shard, counting the acquisition and whether it waited. */
 void vmap_shard_lock(struct vmap_shard *s);
