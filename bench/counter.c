@@ -1,5 +1,5 @@
 /*
- * counter.c — what one statistics-counter update costs (issue 5, DESIGN.md §4).
+ * counter.c — what one statistics-counter update costs.
  *
  * Linked with the core (vmap_core + vmap_os) like the unit tests, not
  * preloaded.  Every row is one way of counting; every thread does N updates

@@ -1,6 +1,6 @@
 /*
  * counter.h — the statistics counters: one atomic word each while the process
- * has one thread, per-CPU slots once it has two (seed 001, DESIGN.md §4).
+ * has one thread, per-CPU slots once it has two.
  *
  * Add:  atomic mode  -> one relaxed atomic add on the base.
  *       per-CPU mode -> where glibc registered rseq (x86-64): one plain add on

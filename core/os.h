@@ -74,7 +74,7 @@ int vmap_os_map_hole(void *addr, size_t len);
  * and MAP_NORESERVE.  Under strict overcommit (vm.overcommit_memory=2) the
  * kernel ignores MAP_NORESERVE and charges a writable reservation in full:
  * reserve PROT_NONE or PROT_READ (never charged) and make the parts in use
- * writable with mprotect (charged then; F17). */
+ * writable with mprotect (charged then). */
 void *vmap_os_reserve(size_t len, size_t align, int prot);
 
 /* Locking and sealing, as the program asked for them (mmap.c): mlock2 with

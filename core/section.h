@@ -2,13 +2,13 @@
  * section.h — where the variables a short process touches live.
  *
  * Every page of the library's data that a process touches costs it a page
- * fault (4-5 us on the reference VM), two when a read maps the page before
+ * fault, two when a read maps the page before
  * the first write.  Init writes some variables in every process, so the
  * variables that init, the small-allocation path and exit read or write are
  * gathered in one input section of .data -- in the first page of the
  * read-write segment, with what ld.so relocates there at load anyway
  * (preload/bss.ld) -- instead of lying scattered among the 200 KiB of zeroed
- * buffers (.bss) that only some processes use (issue 5).  A variable marked
+ * buffers (.bss) that only some processes use.  A variable marked
  * VMAP_HOT must be small: the relocated data and the whole set share that
  * page (tests/preload/api/pages.c checks).
  */
@@ -26,8 +26,7 @@
  * the headers and symbol tables ld.so reads anyway, so that the first page
  * fault maps them all (fault-around).  Spread over the library they cost
  * /bin/true a page fault more whenever the file's pages sit in the page cache
- * in small folios, as they do in a file the linker has just written (issue 5:
- * 57.0 -> 55.4 faults per process for the build directory's library).
+ * in small folios, as they do in a file the linker has just written.
  * VMAP_START_DATA: the strings they compare with, in a section of their own
  * that the linker places there too.
  */

@@ -15,8 +15,10 @@
  *   free by another thread: push onto the slab's remote stack (one CAS); the
  *     owner takes the whole stack with one exchange when its list runs dry
  *
- * Empty slabs other than the current one go back to the range allocator at
- * once (its thread caches and pools keep them resident for the next slab).
+ * An empty slab other than the current one is kept as its class's spare
+ * (one per class, slabs up to 256 KiB, at most 1 MiB of spares a thread);
+ * the others go back to the range allocator, whose thread caches and pools
+ * keep them resident for the next slab.
  * A slab is carved lazily, a page of objects at a time, so that a fresh slab
  * faults in only the pages used.
  *

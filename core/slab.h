@@ -215,7 +215,7 @@ static inline struct vmap_slab *vmap_slab_of(struct vmap_region *r, uintptr_t p)
 
 /* The slab holding p, or NULL (a large block, glibc's, or no pointer of
  * ours): the span test of vmap_region_of rejects glibc's pointers with two
- * words of the hot page, without reading the region table (issue 5). */
+ * words of the hot page, without reading the region table. */
 static inline struct vmap_slab *vmap_slab_at(uintptr_t p)
 {
 	struct vmap_region *r = vmap_region_of(p);
