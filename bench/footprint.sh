@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/footprint.sh — what a preloaded allocator costs a minimal process in
-# memory (issue 5): VmRSS, RssAnon, VmPTE (page tables), VmSize and the number
+# memory: VmRSS, RssAnon, VmPTE (page tables), VmSize and the number
 # of mappings, read from /proc/PID/status and /proc/PID/maps while the process
 # sleeps, under no preload, vmapalloc, mimalloc, jemalloc and tcmalloc.
 #
@@ -12,7 +12,7 @@
 #                and their frees first (pause)
 # Every figure is the median of REPEATS starts (default 3).
 #
-# Goal (issue 5): vmapalloc's footprint no larger than the smallest of
+# Goal: vmapalloc's footprint no larger than the smallest of
 # mimalloc's, jemalloc's and tcmalloc's.
 #
 #   bench/footprint.sh [-r REPEATS] [--vmapalloc LIB] [--tiny PATH] [--out FILE]

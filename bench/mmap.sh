@@ -8,7 +8,7 @@
 # ops/s, the ratio vmapalloc/kernel, peak RSS (VmHWM) and its difference,
 # and minor faults.
 #
-# Goal (issue 4): ratio >= 2 at every thread count, and vmapalloc's peak RSS
+# Goal: ratio >= 2 at every thread count, and vmapalloc's peak RSS
 # no more than VMAPALLOC_LAZY_MAX (64 MiB here) above the kernel's.
 #
 #   bench/mmap.sh [--build-dir DIR] [--binary FILE] [--lib FILE]

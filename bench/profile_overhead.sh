@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# profile_overhead.sh — what VMAPALLOC_PROFILE=1 costs (issue 6 goals: < 5% on
+# profile_overhead.sh — what VMAPALLOC_PROFILE=1 costs (goals: < 5% on
 # small-allocation workloads, < 2% on large ones).
 #
 #   bench/profile_overhead.sh [BUILD_DIR]        (default: build)

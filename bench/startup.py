@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/startup.py — the start-up cost of a preloaded allocator (issue 5).
+"""bench/startup.py — the start-up cost of a preloaded allocator.
 
 An LD_PRELOAD allocator is loaded into every process of a shell script, a
 build, a test suite, so what it costs a process that does almost nothing
@@ -26,7 +26,7 @@ on the load are added (skip them with --no-callgrind, --no-perf):
   syscalls      system calls, page faults and task-clock per process
                 (perf stat -r K -e raw_syscalls:sys_enter,page-faults,task-clock)
 
-Goal (issue 5): vmapalloc's overhead over no preload is at most half of the
+Goal: vmapalloc's overhead over no preload is at most half of the
 lowest among mimalloc, jemalloc and tcmalloc.  It is judged on time (wall and
 cpu); instructions and system calls are shown beside it as diagnostics.
 

@@ -12,7 +12,7 @@
  *    the block is never unmapped (readers may still hold it).
  *
  * Batch: max(32, 2 x ncpu) pages' worth of bytes, the kernel's
- * percpu_counter_batch scaled to bytes (kernel-design.md §7.6): the approximate
+ * percpu_counter_batch scaled to bytes: the approximate
  * read is off by at most batch x ncpu, far below the purge threshold.
  *
  * Called by: every module that counts; alloc.c switches the mode when it sees
@@ -50,7 +50,7 @@ void vmap_counter_init(unsigned ncpu)
 /* Sized from the CPU count on first need -- the switch or the batch set by the
  * arena's set-up -- not at init: atomic mode uses neither the slot count nor
  * the batch, and sched_getaffinity is one system call fewer in every process
- * that stays single-threaded and small (issue 5).  Once, by one thread. */
+ * that stays single-threaded and small.  Once, by one thread. */
 static void counter_size(void)
 {
 	int expected = 0;
@@ -76,8 +76,8 @@ void vmap_stat_note_peak(int64_t v)
 void vmap_counter_set_batch(uint64_t lazy_max)
 {
 	/* Byte gauges move by a large block (>= 64 KiB) at a time: with a batch
-	 * of 128 KiB nearly every update would fold into the shared base (bench
-	 * counter: 87-95 ns instead of 10-14).  Folding every LAZY_MAX/(8 x
+	 * of 128 KiB nearly every update would fold into the shared base (a
+	 * contended atomic instead of a plain add; bench/counter.c).  Folding every LAZY_MAX/(8 x
 	 * slots) keeps the purge's approximate read within 1/8 of its limit. */
 	counter_size();
 	uint64_t b = lazy_max / (8 * (uint64_t)vmap_counter_nslots);

@@ -24,7 +24,7 @@ enum vmap_opt_type { T_SIZE, T_UINT, T_BOOL, T_ENUM, T_STR };
  * No pointer in the table: the names and choices are inline arrays, the docs
  * are reached by their offset in one block (option_docs).  A pointer each
  * was a relocation that ld.so applied at load in every process, 78 of them,
- * in the page of data it writes (issue 5); now the table is read-only data.
+ * in the page of data it writes; now the table is read-only data.
  */
 struct vmap_option_desc {
 	char name[24];    /* longest: PROFILE_LARGE_SAMPLE */
@@ -49,7 +49,7 @@ static const struct option_docs {
 static char vmap_opt_str_storage[VMAP_OPT_COUNT][VMAP_STR_MAX];
 /* What an unset string option points at, instead of its empty storage: the
  * storage's 6 KiB then stay untouched, not even read, in a process that sets
- * no string option (issue 5: a read maps a page too). */
+ * no string option (a read maps a page too). */
 static char vmap_opt_str_unset[1] VMAP_HOT;
 
 static const struct vmap_option_desc vmap_options_table[VMAP_OPT_COUNT] = {

@@ -11,7 +11,7 @@
  * vector) and glibc's rseq area, not from clock_gettime/sched_getcpu, which
  * another interposer may intercept and forward through a pointer it has not
  * set yet when it calls malloc during its own start-up (an ASan program with
- * verify_asan_link_order=0 jumped to address 0 from here: F7).
+ * verify_asan_link_order=0 jumped to address 0 from here).
  *
  * Callers: every core module.  Unit tests wrap these symbols at link time.
  */
@@ -345,7 +345,7 @@ static inline void *vdso_get(void **slot, const char *name1, const char *name2)
  * current.  Read from ld.so's own symbol table (its base is AT_BASE) on first
  * use, not imported: importing them made ld.so a DT_NEEDED of the library and
  * cost every process a dependency, a version check and two symbol look-ups at
- * load (issue 5).  No lock, no allocation: any context may resolve them.
+ * load.  No lock, no allocation: any context may resolve them.
  * Absent (older glibc): size 0, no rseq.
  */
 ptrdiff_t vmap_rseq_offset VMAP_HOT; /* read by every large allocation */

@@ -160,7 +160,8 @@ static struct vmap_slab *region_slabs(struct vmap_region *r)
 		return t;
 	size_t len = (r->size >> VMAP_SLAB_UNIT_SHIFT) * sizeof(struct vmap_slab);
 	len = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
-	/* Read-only but for the slices of claimed chunks (F17, range.c). */
+	/* Read-only but for the slices of claimed chunks (the arena makes
+	 * them writable when a shard claims the chunk: no commit charge). */
 	void *m = vmap_os_reserve(len, VMAP_PAGE, PROT_READ);
 	if (vmap_os_is_err(m))
 		return NULL;
@@ -396,9 +397,8 @@ __attribute__((noinline, cold)) static void reap_abandoned(void)
  * that keeps N blocks of a class live and frees them in the order it made
  * them (a FIFO: queues, sliding windows) empties one slab every cap
  * allocations; retiring each at once made the next allocation ask the range
- * allocator for a new slab and carve it again: 8 KiB pages in a window of 64,
- * 4 KiB blocks cost 273 instructions per malloc/free pair, against 87 for
- * tcmalloc (callgrind).
+ * allocator for a new slab and carve it again, several times the cost of a
+ * malloc/free pair served from the slab.
  */
 #define SPARE_MAX ((size_t)1 << 20)
 

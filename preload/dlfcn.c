@@ -1,6 +1,6 @@
 /*
  * dlfcn.c — dlopen() and dlmopen() with RTLD_DEEPBIND cleared
- * (reliability.md #5, finding F8).
+ * (tests/reliability/REQUIREMENTS.md #5).
  *
  * Why: a library opened with RTLD_DEEPBIND looks its symbols up in its own
  * dependencies before the global scope; libc.so.6 is one of them, so its

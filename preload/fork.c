@@ -1,5 +1,5 @@
 /*
- * fork.c — _Fork() with vmapalloc's fork handlers (reliability.md #18).
+ * fork.c — _Fork() with vmapalloc's fork handlers (tests/reliability/REQUIREMENTS.md #18).
  *
  * glibc 2.34's _Fork() forks without running any atfork handler (it is the
  * async-signal-safe fork).  Programs call malloc in its child anyway (setenv

@@ -50,7 +50,7 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 }
 
 /* An alias, as in glibc: a call to the exported mmap from here would go
- * through the GOT, one more symbol look-up in every process (issue 5). */
+ * through the GOT, one more symbol look-up in every process. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpragmas"
 #pragma GCC diagnostic ignored "-Wmissing-attributes"

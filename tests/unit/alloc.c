@@ -539,7 +539,7 @@ Test(alloc, threads_through_the_facade, .init = setup, .timeout = 120)
 	cr_assert_eq(ctr(VMAP_STAT_malloc_calls), 8 * 2000);
 }
 
-/* Lazy set-up (issue 5): small allocations reserve nothing and map no shard;
+/* Lazy set-up: small allocations reserve nothing and map no shard;
  * the first large one sets the arena up. */
 Test(alloc, small_only_process_reserves_nothing)
 {

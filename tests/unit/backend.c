@@ -2,7 +2,7 @@
  * backend.c — unit tests of core/backend.c: the route to glibc's functions.
  *
  * glibc's functions that vmapalloc calls (vmap_libc) are looked up on their
- * first call, not at start (issue 5): each slot starts as a resolver that
+ * first call, not at start: each slot starts as a resolver that
  * finds the function in libc.so.6's own tables, stores it and calls it.  No
  * preload here: the names the test binary binds to are glibc's, so the
  * looked-up addresses can be checked against them.

@@ -1,6 +1,6 @@
 /*
  * pages.c — the pages of libvmapalloc.so's data that a short process writes
- * (issue 5: every page written costs every process a page fault).
+ * (every page written costs every process a page fault).
  *
  *   api_pages           no allocation of its own
  *   api_pages small     100 small allocations and frees first
