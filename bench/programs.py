@@ -13,7 +13,7 @@ Workloads (inputs are generated in a temp dir, deterministic):
   python3   build, serialise and parse a list of 200 000 small dicts, 3 times
   sort      sort -S 64M of 400 000 random lines
   sqlite3   20 000 inserts with an index, then a grouped query
-  gcc       gcc -O2 -c of core/range.c (the compiler allocates a lot of small blocks)
+  gcc       gcc -O2 -c of core/slab.c (the compiler allocates a lot of small blocks)
   perl      build and sort a hash of 300 000 strings
 Standard library only.
 """
@@ -65,7 +65,7 @@ def workloads(tmp):
         "sort": ["sort", "-S", "64M", lines],
         "sqlite3": ["sh", "-c", "rm -f %s/db && sqlite3 %s/db < %s" % (tmp, tmp, sql)],
         "gcc": ["gcc", "-O2", "-I" + os.path.join(ROOT, "core"), "-I" + os.path.join(ROOT, "include"),
-                "-D_GNU_SOURCE", "-c", os.path.join(ROOT, "core", "range.c"), "-o",
+                "-D_GNU_SOURCE", "-c", os.path.join(ROOT, "core", "slab.c"), "-o",
                 os.path.join(tmp, "range.o")],
         "perl": ["perl", "-e", PERL],
     }

@@ -1,14 +1,14 @@
 /*
  * cache.c — per-thread partial caches of freed areas, in front of the shard
- * pools (SLUB's per-CPU partial list, kernel-design.md §7.7; seed 003).
+ * pools (as SLUB's per-CPU partial lists).
  *
  * Each thread keeps, per exact page count of 2..CACHE_MAX_PAGES (areas up to
  * 1 MiB, guard page included), a LIFO of recently freed areas:
  *
  *   usable <= 64 KiB : 16 entries     <= 256 KiB : 8     <= 1 MiB : 4
  *
- * doubled on machines with >= 32 CPUs (Feng Tang's RFC: +12.7..62.4% on
- * will-it-scale mmap1 from halving list_lock traffic), and a byte cap per
+ * doubled on machines with >= 32 CPUs (half the traffic on the shard locks
+ * where many CPUs share them), and a byte cap per
  * thread (VMAPALLOC_CACHE_BYTES).  An empty slot is refilled with half its
  * capacity from the shard pool under one lock hold; a full one drains its
  * older half under one lock hold per owner shard.  A free of an area owned by
@@ -21,8 +21,7 @@
  * larger -- the block at its start, the rest a cached area of its own --
  * and a free of that block by this thread merges the two back.  A thread
  * that allocates, uses and frees blocks of random sizes thus reuses the same
- * addresses, hot in the TLB and the caches (bench xthread at 1 thread,
- * 64 KiB - 1 MiB: 0.8M -> 1.4M ops/s, glibc 1.35M), where exact sizes made
+ * addresses, hot in the TLB and the caches, where exact sizes made
  * it cycle through every area of the cache.  The split writes the rest's
  * head tag (CACHED) and the merge clears it, without the shard lock: both
  * areas are this thread's, and whoever reads those tags under the lock (a
@@ -39,7 +38,7 @@
  *  - After the thread's key destructor ran, the thread never caches again
  *    (glibc frees after destructors: those go straight to the shards).
  *
- * Called by: range.c (alloc and free fast paths), alloc.c (thread exit, trim).
+ * Called by: large.c (alloc and free fast paths), alloc.c (thread exit, trim).
  */
 #include "cache.h"
 

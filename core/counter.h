@@ -186,7 +186,7 @@ void vmap_stat_reset_peak(void);
 /* Sizes the slots and the batch for ncpu CPUs; without it they are sized from
  * vmap_os_ncpu() on first need (the switch, vmap_counter_set_batch). */
 void vmap_counter_init(unsigned ncpu);
-/* The fold batch, from the purge threshold (range.c, once at init). */
+/* The fold batch, from the purge threshold (large.c, once at init). */
 void vmap_counter_set_batch(uint64_t lazy_max);
 /* Switches to per-CPU mode (idempotent); false if slots could not be had. */
 bool vmap_counter_go_percpu(void);

@@ -8,7 +8,7 @@
  * truncates a collect-only one).
  *
  * Called by: everything that prints -- the diagnostics (alloc.c, mmap.c,
- * range.c, slab.c, lock.c, backend.c, preload/dlfcn.c), the option table
+ * large.c, slab.c, lock.c, backend.c, preload/dlfcn.c), the option table
  * (options.c), the report (stats*.c) and the profile (profile.c).
  */
 #include "fmt.h"

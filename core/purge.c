@@ -3,15 +3,14 @@
  *
  * A free does not give memory back: the area waits, resident, in its shard's
  * pool, because reusing it costs nothing while refaulting it costs a fault per
- * page (14-22 us each on the VM this was tuned on).  A purge runs when
+ * page.  A purge runs when
  *   - the cached bytes pass the pressure limit, vmap_lazy_limit: resident
  *     free runs (oldest first) and a quarter of every pool go, for at most
  *     PURGE_ROUNDS rounds or until the cache is under 3/4 of the limit.  The
  *     limit starts at vmap_lazy_max (fls(ncpu) x 32 MiB, the kernel's
  *     lazy_max_pages()) and adapts: pressure again within one delay of the
- *     last pressure purge means the program refaults what was just purged
- *     (bench random: 64 MiB cached, 128 MiB live, 30 faults per operation,
- *     for 4% less RSS than not purging), so the limit doubles instead, up to
+ *     last pressure purge means the program refaults what was just purged,
+ *     so the limit doubles instead, up to
  *     twice the bytes the program has in use (or had at its peak); a delay without pressure halves it
  *     back.  Whatever the limit, a cache no larger than the bytes in use is
  *     not pressure (pressure_limit).  A VMAPALLOC_LAZY_MAX set by the user is
@@ -30,7 +29,7 @@
  * waits for it except malloc_trim and fork), the victim and iovec buffers it
  * protects, the batch-support flag.
  *
- * Called by: range.c (free path, arena exhaustion), alloc.c (malloc_trim).
+ * Called by: large.c (free path, arena exhaustion), alloc.c (malloc_trim).
  */
 #include <sys/mman.h>
 #include <sys/uio.h>
@@ -57,8 +56,7 @@ enum purge_mode { PURGE_PRESSURE, PURGE_AGE, PURGE_ALL };
 /* The approximate read of a gauge, clamped at 0.  In per-CPU mode the base
  * alone can be below zero (one CPU's slot holds the frees, another's the
  * allocations); cast to unsigned, -1 MiB of cached bytes looked like 16 EiB,
- * over every limit: a pressure purge on every free (bench xthread, 2 threads,
- * 1 run in 10: 9k instead of 280k operations/s). */
+ * over every limit: a pressure purge on every free. */
 static uint64_t approx(enum vmap_stat s)
 {
 	int64_t v = vmap_stat_read_approx(s);
@@ -70,10 +68,7 @@ static uint64_t approx(enum vmap_stat s)
  * has in use (large blocks and served mmaps) when that is more.  A cache
  * smaller than the live heap is what a program that frees and allocates at
  * random keeps needing: the fragments between its live blocks.  Purging it
- * only made the next allocations fault it in again (bench random and calloc,
- * a window of 64 blocks of 64 KiB-4 MiB, ~130 MiB live: a pressure purge of
- * 16.5 MiB at 64 MiB cached in every run, 4 200 page faults back within
- * 0.3 s; the limit doubled only after that).  Cached bytes stay bounded:
+ * only made the next allocations fault it in again.  Cached bytes stay bounded:
  * under the larger of the limit and the bytes in use, so RSS stays within
  * twice the live heap plus the limit, as the adaptive limit allowed already.
  * A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no floor.
@@ -260,7 +255,7 @@ static void reinsert(unsigned n, int advice)
 							victims[i].tag & VMAP_TAG_BIG, 0);
 		/* A chunk purged whole is worth more to every shard than to this
 		 * one: after a program frees everything, another CPU may need it
-		 * (F9). */
+		 *. */
 		if (state != VMAP_RUN_ADVISED)
 			vmap_chunks_give_back_locked(s, run);
 	}
@@ -293,7 +288,7 @@ static unsigned dontneed_all(unsigned n)
  * go with them).  A purge gives back the chunks its victims complete; pieces
  * the program unmapped, which are never victims, can free a whole chunk
  * without one, and kept it from the other shards and its table slice
- * resident until the process ended (F22).  Shard lock held.
+ * resident until the process ended.  Shard lock held.
  */
 static void give_back_whole(struct vmap_shard *s)
 {
@@ -313,12 +308,12 @@ static void give_back_whole(struct vmap_shard *s)
 }
 
 /*
- * Huge-page remnants (F18).  A transparent huge page faulted in by an area
+ * Huge-page remnants.  A transparent huge page faulted in by an area
  * or a served mapping covers the whole 2 MiB around the area's end, and so
  * reaches into the free run after it; purging the area, or the program's
  * munmap of the mapping, frees only the area's own range, and the rest stays
  * resident, reading zero, in a zero or guarded run (guard markers survive
- * MADV_DONTNEED).  F15 drops such pages when a whole chunk goes back to the
+ * MADV_DONTNEED).  The trim drops such pages when a whole chunk goes back to the
  * arena, which a chunk that keeps a live block or an unmapped piece of a
  * served mapping never does: stress.c kept 4% of a 5 GiB peak resident
  * after malloc_trim, 0.7% with huge pages off.  So an explicit trim also
@@ -347,7 +342,7 @@ static unsigned sweep_remnants(void)
 					iov[n++] = (struct iovec){(void *)a, (size_t)pages << VMAP_PAGE_SHIFT};
 					/* The run's own page-table entries but its head and
 					 * tail are unused (tags 0, stale links and stamps):
-					 * whole pages of them go too (F21). */
+					 * whole pages of them go too. */
 					uintptr_t lo = ((uintptr_t)(e + 1) + VMAP_PAGE - 1) & ~(uintptr_t)(VMAP_PAGE - 1);
 					uintptr_t hi = (uintptr_t)(e + pages - 1) & ~(uintptr_t)(VMAP_PAGE - 1);
 					if (pages > 2 && hi > lo && n < PURGE_MAX_VICTIMS)
@@ -425,8 +420,7 @@ static bool limit_grows(uint64_t cached, uint64_t now)
 	if (!last || now - last > window)
 		return false;
 	/* In use: now, or at the peak of large blocks -- a program that frees its
-	 * biggest block just before allocating it again (bench realloc: growth
-	 * to 64 MiB, free, again) is at its low point exactly when the pressure
+	 * biggest block just before allocating it again is at its low point exactly when the pressure
 	 * comes.  Memory cached on the strength of an old peak still goes with
 	 * age, and the limit decays once the refaulting stops. */
 	uint64_t in_use = approx(VMAP_STAT_large_bytes_in_use) + approx(VMAP_STAT_mmap_bytes_in_use);

@@ -1,8 +1,13 @@
 /*
  * range.h — the large path: a CPU-sharded, vmap-like address-range allocator.
  *
- * Shared between range.c (arena, chunks, shards, areas, pools) and purge.c
- * (lazy purge).  The rest of the core sees only the vmap_range_* functions.
+ * The layer's interface: arena.c (regions, chunks, shards), runs.c (free
+ * runs), vm.c (page states), pool.c (per-size pools), cache.c (thread
+ * caches), purge.c (lazy purge), large.c (alloc, free, resize, set-up),
+ * move.c (realloc by moving pages) and range_check.c (the debug check).
+ * The rest of the core uses the vmap_range_* functions, mmap.c also the
+ * pieces marked for it; what the layer's files share among themselves
+ * only is in range_impl.h.
  */
 #ifndef VMAP_RANGE_H
 #define VMAP_RANGE_H
@@ -69,17 +74,17 @@ int vmap_move_undo(void *p, void *q, size_t len);
 bool vmap_range_owns(const void *p);
 size_t vmap_range_purge(bool all);
 /* malloc_trim: everything cached purged, then huge-page remnants swept from
- * the free runs (purge.c, F18).  Bytes purged. */
+ * the free runs (purge.c).  Bytes purged. */
 size_t vmap_range_trim(void);
 unsigned vmap_range_nshards(void);
 /* Debug builds: checks every structure against a linear walk; aborts on error. */
 void vmap_range_check(void);
 
-/* ---- internal (range.c and purge.c) ------------------------------------ */
+/* ---- within the layer (pools, runs, the purge and the caches) ---------- */
 
 /* Pools: one per exact area size of 2..POOL_PAGES+1 pages (guard included).
  * Larger freed areas become resident ("dirty") free runs that coalesce with
- * their free neighbours, so any later size can reuse them (see range.c). */
+ * their free neighbours, so any later size can reuse them (see runs.c). */
 #define VMAP_NCLASSES 514
 
 struct vmap_pool {
@@ -165,7 +170,7 @@ void vmap_purge_maybe(uint64_t now);
  * (cache.c's hot area); bytes taken from a resident run, or -1. */
 int64_t vmap_cached_extend(uintptr_t a, uint64_t pages, uint64_t want);
 
-/* For mmap.c: the pieces of range.c it builds on (shard lock held where
+/* For mmap.c: the pieces of the large allocator it builds on (shard lock held where
  * the name says _locked). */
 /* MADV_GUARD_INSTALL works (Linux >= 6.13); probed on first use. */
 bool vmap_guard_markers(void);
@@ -187,13 +192,13 @@ bool vmap_range_guard_on(void);
 /* Drains this thread's cache and every shard's pools into free runs. */
 void vmap_range_flush_cached(void);
 /* The zero or guarded free run starting at run: the whole chunks it covers
- * go back to the arena, mapped afresh, for any shard to claim (F9, F22).
+ * go back to the arena, mapped afresh, for any shard to claim.
  * Shard lock held; takes the global lock (a higher rank) only when there is
  * a whole chunk to give. */
 void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
 /* Page moves with mremap (realloc, and the program's mremap of served
  * memory) leave VMAs that never merge: whether one more fits the budget,
- * and counting one made from `from` to `to` (range.c: vmap_moves). */
+ * and counting one made from `from` to `to` (move.c: vmap_moves). */
 bool vmap_moves_allowed(void);
 void vmap_moves_count(uintptr_t from, uintptr_t to);
 /* How many VMAs vmapalloc may add of its own: a quarter of vm.max_map_count. */

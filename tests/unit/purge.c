@@ -95,7 +95,7 @@ Test(purge, adjacent_areas_are_released_as_one_range)
 		p[i] = alloc_ok(A64K);
 	for (int i = 1; i < N; i++)
 		cr_assert_eq((char *)p[i], (char *)p[i - 1] + AREA64K, "carved back to back");
-	/* Live after them: the chunk is not given back whole (see range.c). */
+	/* Live after them: the chunk is not given back whole (see arena.c). */
 	cr_assert_eq((char *)alloc_ok(A64K), (char *)p[N - 1] + AREA64K);
 	/* Free in a scrambled order: the purge sorts by address. */
 	for (int i = 0; i < N; i++)

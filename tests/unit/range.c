@@ -1,5 +1,5 @@
 /*
- * range.c — unit tests of core/range.c: arena, chunks, shards, areas, pools.
+ * range.c — unit tests of the large allocator (core/arena.c, runs.c, pool.c, large.c, move.c): arena, chunks, shards, areas, pools.
  *
  * Linked with the VMAP_DEBUG core: every vmap_range_alloc/free runs the slow
  * model check vmap_range_check(), which aborts on any inconsistency, so every
@@ -563,7 +563,7 @@ Test(range, move_of_a_small_block_into_the_big_kind)
 
 Test(range, fresh_big_block_is_not_carved_from_a_small_chunk)
 {
-	/* range.c: areas of 2 MiB and more live in big chunks (THP); a clean
+	/* arena.c: areas of 2 MiB and more live in big chunks (THP); a clean
 	 * small run is never used for a big request. */
 	range_setup(one_shard_thp);
 	void *s = alloc_ok(64 * KiB, VMAP_PAGE, NULL);

@@ -1,0 +1,481 @@
+/*
+ * arena.c — the arena: its regions, the 64 MiB chunks shards claim from it,
+ * the address-space limits (RLIMIT_AS, the VMA budget) and the shards.
+ *
+ * The arena is reserved once (PROT_NONE + NORESERVE, 64 MiB aligned); a chunk
+ * is made read-write when a shard claims it, so that no overcommit mode
+ * charges the reservation:
+ *
+ *   arena region
+ *   +----------+----------+----------+----------+---- ... ----+
+ *   | chunk    | chunk    | chunk    | free     |             |
+ *   | shard 0  | shard 1  | shard 0  | (global) |             |
+ *   | small    | small    | big/THP  |          |             |
+ *   +----------+----------+----------+----------+---- ... ----+
+ *   inside a chunk:  [area|g][area   |g][ free run ][area|g] ...
+ *                     g = guard page: part of the area, never handed out
+ *
+ * Invariants:
+ *  - A chunk goes back to the arena (owner 0, any shard may claim it) only
+ *    when one zero or guarded free run covers it whole, after a purge, a
+ *    move or at the trim: otherwise a program that frees everything on one
+ *    CPU would leave the address space to that CPU's shard alone.
+ *  - Areas of 2 MiB and more live in "big" chunks (2 MiB aligned, advised
+ *    MADV_HUGEPAGE) so transparent huge pages can back them; small areas never
+ *    share a chunk with them, so THP cannot inflate small blocks.
+ *  - Under a finite RLIMIT_AS, a claim of chunks keeps VmSize less the
+ *    unclaimed reservation (vmap_unclaimed) within the limit, and a new
+ *    region leaves a quarter of the limit outside the arena (as_room).
+ *
+ * Locks: vmap_global_lock (rank GLOBAL) protects the chunk maps and the
+ * region list; it is taken only to hand out chunks (once per 64 MiB) and to
+ * take whole ones back (under a shard lock: rank SHARD, then GLOBAL).
+ */
+#include "range_impl.h"
+
+struct vmap_slab_index vmap_slab0 VMAP_HOT;
+int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
+/* VMAs realloc moves may have left: four a move (two each side),
+ * counted per chunk too, and taken off when a chunk goes back to the arena
+ * mapped afresh (vmap_chunks_give_back_locked); at most vmap_vma_budget() / 2. */
+uint64_t vmap_moves;
+bool vmap_moves_refused; /* the kernel refused MREMAP_DONTUNMAP */
+struct vmap_shard *vmap_shards;
+unsigned vmap_nshards; /* 0 until the shards are mapped */
+uint64_t vmap_lazy_max;
+struct vmap_lock vmap_global_lock = VMAP_LOCK_INIT;
+uint64_t vmap_pool_exact;
+size_t vmap_reserve_size;
+size_t vmap_shards_bytes;
+/* Arena address space no shard has claimed (global lock): reserved, so in
+ * VmSize, but not in use by the program (see as_room). */
+static uint64_t vmap_unclaimed;
+
+static void unclaimed_add(unsigned cpu, int64_t d)
+{
+	vmap_unclaimed += (uint64_t)d;
+	vmap_stat_add_cpu(cpu, VMAP_STAT_unclaimed_bytes, d);
+}
+
+
+/* ---- regions and chunks ------------------------------------------------ */
+
+int vmap_region_add(size_t want, size_t at_least)
+{
+	if (vmap_nregions >= VMAP_MAX_REGIONS)
+		return -ENOMEM;
+	size_t size = want;
+	void *base;
+	for (;;) {
+		base = vmap_os_reserve(size, VMAP_CHUNK, PROT_NONE);
+		if (!vmap_os_is_err(base))
+			break;
+		/* Refused (strict overcommit, RLIMIT_AS, valgrind's 64 GiB limit):
+		 * halve down to the floor. */
+		if (size / 2 < REGION_FLOOR || size / 2 < at_least)
+			return vmap_os_err(base);
+		size /= 2;
+	}
+	size_t pages = size >> VMAP_PAGE_SHIFT;
+	size_t pt_bytes = (pages * sizeof(struct vmap_pte) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	size_t nchunks = size >> VMAP_CHUNK_SHIFT;
+	/* Chunk owners, then the moves counted per chunk. */
+	size_t owner_bytes = (nchunks * (sizeof(uint16_t) + sizeof(uint32_t)) + VMAP_PAGE - 1) &
+			     ~(VMAP_PAGE - 1);
+	/* Page table read-only but for the chunk owners: a claimed chunk's
+	 * slice is made writable at the claim (commit_chunks). */
+	void *pt = vmap_os_mmap(NULL, pt_bytes + owner_bytes, PROT_READ,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	int err = vmap_os_is_err(pt) ? vmap_os_err(pt)
+				     : -vmap_os_mprotect((char *)pt + pt_bytes, owner_bytes,
+							 PROT_READ | PROT_WRITE);
+	if (err) {
+		if (!vmap_os_is_err(pt))
+			vmap_os_munmap(pt, pt_bytes + owner_bytes);
+		vmap_os_munmap(base, size);
+		return err;
+	}
+	struct vmap_region *r = &vmap_regions[vmap_nregions];
+	r->base = (uintptr_t)base;
+	r->size = size;
+	r->pt = pt;
+	r->chunk_moves = (uint32_t *)((char *)pt + pt_bytes);
+	r->chunk_owner = (uint16_t *)(r->chunk_moves + nchunks);
+	r->nchunks = nchunks;
+	r->pt_bytes = pt_bytes;
+	r->owner_bytes = owner_bytes;
+	/* Widen the span before the region becomes visible: lookups may then
+	 * pass the span test early, never fail it for a live region. */
+	uintptr_t lo = vmap_nregions ? vmap_span_lo : r->base, hi = vmap_span_hi;
+	if (r->base < lo)
+		lo = r->base;
+	if (r->base + size > hi)
+		hi = r->base + size;
+	__atomic_store_n(&vmap_span_hi, hi, __ATOMIC_RELEASE);
+	__atomic_store_n(&vmap_span_lo, lo, __ATOMIC_RELEASE);
+	__atomic_store_n(&vmap_nregions, vmap_nregions + 1, __ATOMIC_RELEASE);
+	unclaimed_add(0, (int64_t)size);
+	vmap_stat_add_cpu(0, VMAP_STAT_regions, 1);
+	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)(size + pt_bytes + owner_bytes));
+	return 0;
+}
+
+
+/* VmSize from /proc/self/statm (its first field, in pages). */
+uint64_t vmap_proc_vsize(void)
+{
+	return vmap_os_read_number("/proc/self/statm") << VMAP_PAGE_SHIFT;
+}
+
+/*
+ * The VMAs vmapalloc may add of its own (reliability.md #28: far below half
+ * of vm.max_map_count, whatever the administrator set it to): a quarter of
+ * the limit, read once at the first use (three system calls); the kernel's
+ * default, 65530, if it cannot be read.  The VMAs realloc moves leave get
+ * half of it (8191 at the default: see vmap_moves); the pieces of served mappings the program unmapped and vmapalloc
+ * keeps PROT_NONE for reuse (mmap.c), two VMAs each at most, a thirty-second
+ * in pieces (511).
+ */
+uint64_t vmap_vma_budget(void)
+{
+	static uint64_t budget;
+	uint64_t b = __atomic_load_n(&budget, __ATOMIC_RELAXED);
+	if (!b) {
+		uint64_t max = vmap_os_read_number("/proc/sys/vm/max_map_count");
+		b = (max ? max : 65530) / 4;
+		b = b ? b : 1;
+		__atomic_store_n(&budget, b, __ATOMIC_RELAXED);
+	}
+	return b;
+}
+
+/*
+ * RLIMIT_AS as the arena honours it.  The kernel charges the limit
+ * against VmSize, which holds the arena's whole reservation, made once; a
+ * limit the program lowers later would never be met, since claiming chunks
+ * inside a reservation maps nothing.  What the program uses is VmSize minus
+ * the reserved space no shard has claimed, and that is what a claim must fit
+ * under.  A new region grows VmSize itself: it must fit in the kernel's
+ * terms, and leave a quarter of the limit (as_headroom) to what is not the
+ * arena — glibc's fallback for requests the arena refuses, thread stacks,
+ * the program's other mappings — instead of filling the limit region by
+ * region and leaving glibc nothing.  Claims need no headroom: they do
+ * not grow VmSize, so they take nothing the kernel could give anyone else.
+ *
+ * Read at every claim (once per 64 MiB of address space, global lock held):
+ * one prlimit64 when the limit is infinite; with a finite one, open, read
+ * and close of /proc/self/statm too.  `claim` and `reserve` are the largest
+ * claim and the largest new region that fit (UINT64_MAX: no limit).
+ */
+static uint64_t as_headroom(uint64_t limit)
+{
+	/* A quarter: what glibc must serve from it is what the arena cannot
+	 * place, typically the program's largest requests (a 1 GiB-aligned
+	 * block needs 1 GiB more than its size: under an 8 GiB limit an
+	 * eighth, 1 GiB, is not enough for it).  The same share the first
+	 * region leaves free at init (vmap_fit_reservation) the other way round:
+	 * the arena starts at a quarter of the room and grows to three. */
+	return limit / 4;
+}
+
+struct as_room {
+	uint64_t claim, reserve;
+};
+
+static struct as_room as_room_locked(void)
+{
+	vmap_lock_assert_held(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	uint64_t cur, max;
+	struct as_room room = {UINT64_MAX, UINT64_MAX};
+	if (vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur == UINT64_MAX)
+		return room;
+	uint64_t vsize = vmap_proc_vsize();
+	if (!vsize)
+		return room; /* no /proc: the kernel's own check only */
+	uint64_t used = vsize > vmap_unclaimed ? vsize - vmap_unclaimed : 0;
+	uint64_t cap = cur - as_headroom(cur);
+	room.claim = cur > used ? cur - used : 0;
+	/* A region of S costs S/128 more of page table, and S + one chunk
+	 * while vmap_os_reserve aligns it. */
+	uint64_t left = cap > vsize + VMAP_CHUNK ? cap - vsize - VMAP_CHUNK : 0;
+	room.reserve = (left - left / 128) & ~(uint64_t)(VMAP_CHUNK - 1);
+	return room;
+}
+
+/*
+ * Strict overcommit (vm.overcommit_memory=2) ignores MAP_NORESERVE: a
+ * writable reservation is charged in full against CommitLimit (an 8 GiB
+ * arena took 8.4 GiB of a 12 GiB limit, and a second process could not have
+ * one).  So the arena is reserved PROT_NONE and its tables PROT_READ, which
+ * no overcommit mode charges, and a chunk with its slices of the tables
+ * becomes writable when a shard claims it: charged then, and kept writable
+ * when it goes back (the kernel would keep the charge anyway).  Three
+ * mprotect calls per 64 MiB claimed; -errno if one fails (ENOMEM: the commit
+ * limit or RLIMIT_DATA).  Global lock held.
+ */
+static int commit_chunks(struct vmap_region *r, size_t first, size_t n)
+{
+	const int rw = PROT_READ | PROT_WRITE;
+	size_t each = VMAP_CHUNK_PAGES * sizeof(struct vmap_pte);
+	int rc = vmap_os_mprotect((char *)r->pt + first * each, n * each, rw);
+	if (!rc && r->slabs)
+		rc = vmap_os_mprotect((char *)r->slabs + first * r->slabs_each, n * r->slabs_each, rw);
+	if (!rc)
+		rc = vmap_os_mprotect((void *)(r->base + (first << VMAP_CHUNK_SHIFT)),
+				      n << VMAP_CHUNK_SHIFT, rw);
+	return rc;
+}
+
+void vmap_range_fast_free_off(void)
+{
+	__atomic_store_n(&vmap_slab0.size, 0, __ATOMIC_SEQ_CST);
+}
+
+struct vmap_slab *vmap_region_slabs_publish(struct vmap_region *r, struct vmap_slab *t, size_t each)
+{
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	struct vmap_slab *in = r->slabs;
+	if (!in) {
+		bool ok = true;
+		for (size_t c = 0, run = 0; c <= r->nchunks && ok; c++) {
+			if (c < r->nchunks && !vmap_chunk_is_free(r->chunk_owner[c])) {
+				run++;
+				continue;
+			}
+			ok = !run || !vmap_os_mprotect((char *)t + (c - run) * each, run * each,
+						       PROT_READ | PROT_WRITE);
+			run = 0;
+		}
+		if (ok) {
+			r->slabs_each = each;
+			__atomic_store_n(&r->slabs, t, __ATOMIC_RELEASE);
+			in = t;
+			if (r == &vmap_regions[0]) {
+				vmap_slab0.base = r->base;
+				vmap_slab0.tab = t;
+				/* Not while profiling: as vmap_fast_limit (alloc.c). */
+				__atomic_store_n(&vmap_slab0.size, r->size, __ATOMIC_SEQ_CST);
+				if (__atomic_load_n(&vmap_profile_on, __ATOMIC_SEQ_CST))
+					vmap_range_fast_free_off();
+			}
+		}
+	}
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	return in;
+}
+
+/* Finds n free chunks in a row, marks them owned; global lock held.  Free
+ * chunks of the request's kind first (a chunk given back after big use keeps
+ * its MADV_HUGEPAGE: only a small claim that finds nothing else takes one;
+ * *unadvise tells the caller to advise it back).  0 with *refused set: the
+ * chunks were there but the system would not commit them (commit_chunks),
+ * and a new region would not help. */
+static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *unadvise,
+				     bool *refused)
+{
+	vmap_lock_assert_held(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	uint16_t owner = (uint16_t)((shard + 1) | (big ? 0x8000u : 0));
+	uint16_t kind = big ? VMAP_CHUNK_WAS_BIG : 0;
+	*unadvise = false;
+	for (int any = 0; any < 2; any++)
+		for (unsigned i = 0; i < vmap_nregions; i++) {
+			struct vmap_region *r = &vmap_regions[i];
+			size_t run = 0;
+			for (size_t c = 0; c < r->nchunks; c++) {
+				uint16_t o = r->chunk_owner[c];
+				run = vmap_chunk_is_free(o) && (any || o == kind) ? run + 1 : 0;
+				if (run == n) {
+					size_t first = c + 1 - n;
+					if (commit_chunks(r, first, n)) {
+						*refused = true;
+						return 0;
+					}
+					for (size_t k = first; k <= c; k++) {
+						*unadvise |= !big && r->chunk_owner[k] == VMAP_CHUNK_WAS_BIG;
+						__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
+					}
+					unclaimed_add(shard, -(int64_t)(n << VMAP_CHUNK_SHIFT));
+					return r->base + (first << VMAP_CHUNK_SHIFT);
+				}
+			}
+		}
+	return 0;
+}
+
+void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
+{
+	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
+	struct vmap_region *r = vmap_region_of(run);
+	struct vmap_pte *e = vmap_pte_of(r, run);
+	uint64_t t = e->tag, pages = vmap_tag_pages(t);
+	unsigned state = vmap_tag_run_state(t);
+	if (pages < VMAP_CHUNK_PAGES || (state != VMAP_RUN_ZERO && state != VMAP_RUN_GUARDED))
+		return; /* the common case: one compare */
+	/*
+	 *   run:     [ lead |  chunk  |  chunk  | tail ]
+	 *   kept:    [ lead ]                   [ tail ]   (free runs of s, its state)
+	 *   given:          [ owner 0 | owner 0 ]          (tags all 0)
+	 */
+	uintptr_t end = run + (pages << VMAP_PAGE_SHIFT);
+	uintptr_t cs = (run + VMAP_CHUNK - 1) & ~(uintptr_t)(VMAP_CHUNK - 1);
+	uintptr_t ce = end & ~(uintptr_t)(VMAP_CHUNK - 1);
+	if (ce <= cs)
+		return;
+	bool big = t & VMAP_TAG_BIG;
+	/* The chunks are mapped again, read-write (one call per 64 MiB
+	 * returned, rare; the one system call made under a shard lock).
+	 * Writable, not PROT_NONE as reserved: the arena's writable part stays
+	 * the chunks ever claimed, a few VMAs, where chunks going back and
+	 * forth between PROT_NONE and RW cut it into one VMA per chunk (and
+	 * their table slices as many again); strict
+	 * overcommit keeps charging them, as the kernel would after a claim.
+	 * That takes with them
+	 *  - the VMAs realloc moves left there: the new mapping has the page
+	 *    offset the arena had, so it merges with the arena around it, and
+	 *    the moves it ends no longer count against the VMA budget;
+	 *  - pages still resident in zero runs: a 2 MiB page a block faulted
+	 *    in reaches into them, and purging the block splits it and frees
+	 *    only the block's range;
+	 *  - the guard markers (or PROT_NONE) of pages the program unmapped
+	 *    (a guarded run): from now on they read zero, like every
+	 *    unclaimed chunk, instead of faulting;
+	 *  - MADV_HUGEPAGE: it comes back at the next claim.
+	 * If that fails (the VMA limit), a guarded run stays as it is (its
+	 * markers would go out with the chunk), a huge-page chunk's pages are
+	 * dropped and the rest stays as it was. */
+	bool remapped = vmap_os_map_fresh((void *)cs, ce - cs) == 0;
+	if (!remapped && state == VMAP_RUN_GUARDED)
+		return;
+	uint64_t stamp = e->stamp;
+	vmap_run_take_locked(s, e, t);
+	if (cs > run)
+		vmap_run_set_locked(s, r, run, (cs - run) >> VMAP_PAGE_SHIFT, state, big, stamp);
+	if (end > ce)
+		vmap_run_set_locked(s, r, ce, (end - ce) >> VMAP_PAGE_SHIFT, state, big, stamp);
+	if (!remapped && big)
+		vmap_os_madvise((void *)cs, ce - cs, MADV_DONTNEED);
+	/* The chunks' slices of the page table and of the slab descriptors
+	 * hold nothing now (tags 0, no slab: what a never-used slice reads),
+	 * but stay resident as long as nobody claims them again: 512 KiB a
+	 * chunk. */
+	size_t first = (cs - r->base) >> VMAP_CHUNK_SHIFT, n = (ce - cs) >> VMAP_CHUNK_SHIFT;
+	size_t each = VMAP_CHUNK_PAGES * sizeof(struct vmap_pte);
+	vmap_os_madvise((char *)r->pt + first * each, n * each, MADV_DONTNEED);
+	struct vmap_slab *slabs = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
+	if (slabs)
+		vmap_os_madvise((char *)slabs + first * r->slabs_each, n * r->slabs_each,
+				MADV_DONTNEED);
+	/* Rank GLOBAL under rank SHARD: the order vmap_chunks_acquire's callers never
+	 * invert (they hold no shard lock while they take the global one). */
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
+	for (uintptr_t c = cs; c < ce; c += VMAP_CHUNK) {
+		size_t i = (c - r->base) >> VMAP_CHUNK_SHIFT;
+		if (remapped)
+			__atomic_sub_fetch(&vmap_moves,
+					   __atomic_exchange_n(&r->chunk_moves[i], 0, __ATOMIC_RELAXED),
+					   __ATOMIC_RELAXED);
+		__atomic_store_n(&r->chunk_owner[i], (uint16_t)(big && !remapped ? VMAP_CHUNK_WAS_BIG : 0),
+				 __ATOMIC_RELEASE);
+	}
+	unclaimed_add(s->id, (int64_t)(ce - cs));
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_returned, (int64_t)((ce - cs) >> VMAP_CHUNK_SHIFT));
+}
+
+bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	if (!r)
+		return false;
+	size_t c = (a - r->base) >> VMAP_CHUNK_SHIFT;
+	bool claimed = false, unadvise = false;
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
+	if (vmap_chunk_is_free(r->chunk_owner[c])) {
+		if (commit_chunks(r, c, 1)) {
+			vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+			return false;
+		}
+		unadvise = r->chunk_owner[c] == VMAP_CHUNK_WAS_BIG;
+		__atomic_store_n(&r->chunk_owner[c], (uint16_t)(s->id + 1), __ATOMIC_RELEASE);
+		unclaimed_add(s->id, -(int64_t)VMAP_CHUNK);
+		claimed = true;
+	}
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	if (!claimed)
+		return true; /* someone else did: it is a run now */
+	if (unadvise)
+		vmap_os_madvise((void *)(r->base + (c << VMAP_CHUNK_SHIFT)), VMAP_CHUNK, MADV_NOHUGEPAGE);
+	vmap_shard_lock(s);
+	vmap_free_insert_locked(s, r->base + (c << VMAP_CHUNK_SHIFT), VMAP_CHUNK_PAGES, VMAP_RUN_ZERO,
+				false, 0);
+	vmap_shard_unlock(s);
+	return true;
+}
+
+uintptr_t vmap_chunks_acquire(struct vmap_shard *s, bool big, size_t n)
+{
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
+	bool unadvise = false, refused = false;
+	uintptr_t a = 0;
+	size_t need = n << VMAP_CHUNK_SHIFT;
+	struct as_room room = as_room_locked();
+	if (need <= room.claim)
+		a = chunks_claim_locked(s->id, big, n, &unadvise, &refused);
+	if (!a && !refused && need <= room.claim && need <= room.reserve) {
+		size_t want = vmap_reserve_size > need ? vmap_reserve_size : need;
+		if (want > room.reserve)
+			want = (size_t)room.reserve;
+		if (vmap_region_add(want, need) == 0)
+			a = chunks_claim_locked(s->id, big, n, &unadvise, &refused);
+	}
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	if (!a)
+		return 0;
+	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_taken, (int64_t)n);
+	if (big && vmap_opt.hugepage)
+		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_HUGEPAGE);
+	else if (unadvise) /* THP would inflate small blocks (one more VMA, rare) */
+		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_NOHUGEPAGE);
+	return a;
+}
+
+/* ---- shards ------------------------------------------------------------ */
+
+/*
+ * The shard a thread allocates from: the one of the CPU it ran on at its
+ * first allocation, kept until the thread has to wait for that shard's lock;
+ * it then takes the shard of the CPU it runs on at its next allocation.  The
+ * CPU alone, at every call, made a thread that the scheduler moves between
+ * CPUs allocate from every shard in turn while each free went back to the
+ * block's own shard: the freed memory of one shard could not serve the
+ * other's requests, so both carved fresh memory, the cache grew past the
+ * purge limit and the purges refaulted it (ten times the page faults of a
+ * pinned thread).  Threads
+ * on different CPUs still spread over the shards, through contention.
+ */
+static __thread int vmap_tls_shard = -1;
+
+void vmap_shard_lock(struct vmap_shard *s)
+{
+	bool waited = vmap_lock(&s->lock, VMAP_RANK_SHARD);
+	vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_acquisitions, 1);
+	if (waited) {
+		vmap_stat_add_cpu(s->id, VMAP_STAT_shard_lock_contended, 1);
+		if ((int)s->id == vmap_tls_shard)
+			vmap_tls_shard = -1; /* shared with another thread: move on */
+	}
+	__atomic_store_n(&s->lock_acquisitions, s->lock_acquisitions + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->lock_contended, s->lock_contended + waited, __ATOMIC_RELAXED);
+}
+
+struct vmap_shard *vmap_shard_here(unsigned *cpu)
+{
+	*cpu = vmap_os_cpu();
+	int h = vmap_tls_shard;
+	if (__builtin_expect(h < 0, 0))
+		vmap_tls_shard = h = (int)(*cpu % vmap_nshards);
+	return &vmap_shards[h];
+}

@@ -1,0 +1,597 @@
+/*
+ * large.c — the large allocator's operations: allocate, free, resize in
+ * place, usable size, and the arena's set-up on first use.  The top of the
+ * layer: it takes areas from the thread cache (cache.c), the pools and the
+ * free runs, and hands freed ones back to them and to the purge (purge.c).
+ *
+ * Invariants:
+ *  - LIVE -> CACHED is a CAS without a lock (so two frees of one block cannot
+ *    both win); every other tag change happens under the owner shard's lock.
+ *  - An area belongs to the shard that owns its chunk, for its whole life.
+ *  - No shard lock is held across a system call, but in the rare cases
+ *    named where they are: a chunk going back to the arena, the trim's
+ *    sweep, realloc growing in place into a guarded neighbour.
+ *
+ * Locks: shard->lock (rank SHARD) protects the shard's pools, bins and the
+ * tags of its areas.
+ */
+#include "range_impl.h"
+
+#include "cache.h"
+
+/* ---- the public range operations --------------------------------------- */
+
+/* Area pages (guard included) for a request, 0 on overflow. */
+static uint64_t area_pages(size_t size, bool *big)
+{
+	if (size > ((size_t)1 << 46))
+		return 0; /* 64 TiB: larger than any arena could be */
+	uint64_t n = ((size + VMAP_PAGE - 1) >> VMAP_PAGE_SHIFT) + 1;
+	if (n < 2)
+		n = 2;
+	/* Big areas start 2 MiB aligned in THP-advised chunks, but keep their
+	 * exact size: rounding them to whole huge pages cost more in
+	 * fragmentation than it saved in huge-page splits at purge. */
+	*big = vmap_opt.hugepage && (n - 1) << VMAP_PAGE_SHIFT >= vmap_opt.hugepage_min;
+	return n;
+}
+
+/* Publishes the area carved at a from s's runs (shard lock held on entry,
+ * released) and does what its former state asks. */
+static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint64_t pages,
+			  bool kind, unsigned state, uint64_t resident, bool *zero, uint64_t tag)
+{
+	struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+	__atomic_store_n(&e->tag,
+			 vmap_tag_make(VMAP_ST_LIVE, s->id, pages, (kind ? VMAP_TAG_BIG : 0) | tag),
+			 __ATOMIC_RELEASE);
+	vmap_shard_unlock(s);
+	*zero = (state == VMAP_RUN_ZERO || state == VMAP_RUN_GUARDED) && !resident;
+	int bad = 0;
+	if (state == VMAP_RUN_GUARDED) /* (after a resident start: the rest) */
+		bad = vmap_unguard(a + (resident << VMAP_PAGE_SHIFT), pages - resident);
+	if (state == VMAP_RUN_PROTECTED)
+		bad = vmap_unprotect(a, pages);
+	if (bad) {
+		/* Pages that still fault (at vm.max_map_count neither mprotect
+		 * nor a fresh mapping can split the VMA): never handed out,
+		 * kept out of circulation as foreign space until the program
+		 * unmaps it (a live block with a PROT_NONE page would kill
+		 * the program).  Its resident part is no longer cached. */
+		vmap_shard_lock(s);
+		__atomic_store_n(&e->tag,
+				 vmap_tag_make(VMAP_ST_FOREIGN, s->id, pages, kind ? VMAP_TAG_BIG : 0),
+				 __ATOMIC_RELEASE);
+		vmap_shard_unlock(s);
+		if (resident)
+			vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes,
+					  -(int64_t)(resident << VMAP_PAGE_SHIFT));
+		return NULL;
+	}
+	if (!tag)
+		vmap_guard_page(a, pages, MADV_GUARD_INSTALL);
+	if (resident)
+		vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, -(int64_t)(resident << VMAP_PAGE_SHIFT));
+	if (resident == pages) {
+		vmap_stat_add_cpu(cpu, VMAP_STAT_run_hits, 1);
+	} else {
+		if (resident)
+			vmap_stat_add_cpu(cpu, VMAP_STAT_run_extends, 1);
+		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
+		if (vmap_opt.populate && *zero)
+			vmap_os_madvise((void *)a, (pages - !(tag & VMAP_TAG_MMAP)) << VMAP_PAGE_SHIFT,
+					MADV_POPULATE_WRITE);
+	}
+	return (void *)a;
+}
+
+/* Resident memory of this shard that fits, its pools merged into runs first
+ * when its runs alone do not (shard lock held). */
+static uintptr_t carve_resident_locked(struct vmap_shard *s, bool *kind, uint64_t pages,
+				       size_t align, unsigned *state, uint64_t *resident)
+{
+	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
+	if (!*kind && !vmap_guard_on && !vmap_run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
+		vmap_pools_to_runs_locked(s); /* (with guards, pooled areas carry markers: kept whole) */
+	return vmap_carve_locked(s, kind, pages, align, state, resident, true);
+}
+
+/* pages: the whole area; tag: VMAP_TAG_MMAP for the program's mmap (no guard
+ * page, so all pages are usable), 0 for malloc blocks.
+ *
+ * Resident memory first, this shard's, then any other shard's: an area keeps
+ * the shard that owns its chunk whatever CPU carved it, so taking another
+ * shard's freed memory costs one more lock where fresh memory costs a fault
+ * per page.  A thread the scheduler moves between CPUs frees into both
+ * shards; carving fresh memory whenever the shard of the moment had no
+ * resident run that fitted split its working set in two and faulted it in
+ * twice. */
+__attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu,
+							 uint64_t pages, bool big, size_t align,
+							 bool *zero, uint64_t tag)
+{
+	/* Shard lock held on entry, released on return. */
+	unsigned state;
+	uint64_t resident;
+	bool kind = big;
+	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state, &resident);
+	if (a)
+		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
+	if (vmap_nshards > 1) {
+		/* Bounded on many-CPU machines: the next STEAL_SCAN shards are
+		 * looked at (one cache line each), STEAL_TRIES of them locked. */
+		enum { STEAL_SCAN = 16, STEAL_TRIES = 4 };
+		unsigned tries = 0;
+		vmap_shard_unlock(s);
+		for (unsigned i = 1; i < vmap_nshards && i <= STEAL_SCAN && tries < STEAL_TRIES; i++) {
+			struct vmap_shard *o = &vmap_shards[(s->id + i) % vmap_nshards];
+			if (__atomic_load_n(&o->cached_bytes, __ATOMIC_RELAXED) <
+			    pages << VMAP_PAGE_SHIFT) /* a hint: too little to fit */
+				continue;
+			tries++;
+			vmap_shard_lock(o);
+			kind = big;
+			a = carve_resident_locked(o, &kind, pages, align, &state, &resident);
+			if (a) {
+				vmap_stat_add_cpu(cpu, VMAP_STAT_run_steals, 1);
+				return carve_finish(o, cpu, a, pages, kind, state, resident, zero, tag);
+			}
+			vmap_shard_unlock(o);
+		}
+		vmap_shard_lock(s);
+	}
+	for (int attempt = 0; attempt < 3; attempt++) {
+		kind = big;
+		a = vmap_carve_locked(s, &kind, pages, align, &state, &resident, false);
+		if (a)
+			return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
+		vmap_shard_unlock(s);
+		if (attempt == 1)
+			vmap_range_purge(true); /* arena full: give everything back, retry */
+		uint64_t need = pages + (align >> VMAP_PAGE_SHIFT);
+		size_t nchunks = (size_t)((need + VMAP_CHUNK_PAGES - 1) / VMAP_CHUNK_PAGES);
+		uintptr_t c = vmap_chunks_acquire(s, big, nchunks);
+		vmap_shard_lock(s);
+		if (c)
+			vmap_free_insert_locked(s, c, (uint64_t)nchunks * VMAP_CHUNK_PAGES, VMAP_RUN_ZERO,
+						big, 0);
+	}
+	vmap_shard_unlock(s);
+	return NULL;
+}
+
+/* After large_bytes_in_use grew: in atomic mode the peak is noted here, from
+ * the base and this thread's unfolded delta.  Per-CPU mode notes it at folds,
+ * which a block of tens of MiB that lives between two folds escapes: then the
+ * purge's limit, which may grow to twice the peak, stayed at its start and
+ * every free of such a block purged it (a purge and a refault per growth
+ * cycle of a growing realloc).  Blocks of 8 MiB and more (rare, and costing
+ * thousands of page touches each) read the counter exactly. */
+static inline void note_peak(uint64_t pages)
+{
+	if (!vmap_counter_slots)
+		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
+				    vmap_local.n[VMAP_STAT_large_bytes_in_use]);
+	else if (pages >= (8u << 20) >> VMAP_PAGE_SHIFT)
+		vmap_stat_note_peak(vmap_stat_read(VMAP_STAT_large_bytes_in_use));
+}
+
+void *vmap_range_alloc(size_t size, size_t align, bool *zero)
+{
+	bool big;
+	unsigned cpu = 0;
+	uint64_t pages = area_pages(size, &big);
+	if (!pages || !vmap_nregions)
+		return NULL;
+	size_t natural = big ? VMAP_BIG_MIN : VMAP_PAGE;
+	if (align < natural)
+		align = natural;
+	void *p;
+	uintptr_t a = 0;
+	enum vmap_stat from = VMAP_STAT_thread_cached_bytes;
+	/* The thread's cache first: a hit needs neither the CPU nor a lock. */
+	bool cacheable = pages <= vmap_pool_exact && align == natural;
+	if (cacheable)
+		a = vmap_cache_pop(&pages); /* may be a near fit: pages grows */
+	struct vmap_shard *s = NULL;
+	if (!a) {
+		s = vmap_shard_here(&cpu);
+		if (cacheable)
+			a = vmap_cache_refill(s, pages);
+		if (!a && cacheable)
+			a = vmap_cache_grow_hot(&pages); /* pages: the hot area's, grown */
+	}
+	if (!a && pages <= vmap_pool_exact) {
+		from = VMAP_STAT_cached_bytes;
+		if (__atomic_load_n(&s->pool[pages].count, __ATOMIC_RELAXED)) { /* a hint */
+			/* Aligned requests take the pool head only if it happens to
+			 * be aligned (the kernel's vmap pools do the same). */
+			vmap_shard_lock(s);
+			uintptr_t h = s->pool[pages].head;
+			if (h && !(h & (align - 1))) {
+				a = h;
+				vmap_pool_remove_locked(s, (unsigned)pages, a);
+			}
+			vmap_shard_unlock(s);
+		}
+	}
+	if (a) {
+		/* A pooled area: resident, dirty, exactly this size. */
+		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+		publish_live(e, vmap_tag_shard(e->tag), pages, big);
+		vmap_stat_add_local(VMAP_STAT_pool_hits, 1);
+		if (from == VMAP_STAT_thread_cached_bytes) /* (the purge does not read it) */
+			vmap_stat_add_local(from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
+		else
+			vmap_stat_add_cpu(cpu, from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
+		*zero = false;
+		p = (void *)a;
+	} else {
+		vmap_shard_lock(s);
+		p = vmap_alloc_carve(s, cpu, pages, big, align, zero, 0);
+		if (!p)
+			return NULL;
+	}
+	int64_t usable = (int64_t)((pages - 1) << VMAP_PAGE_SHIFT);
+	vmap_stat_add_local(VMAP_STAT_large_allocs, 1);
+	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, 1);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, usable);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, usable);
+	note_peak(pages);
+#ifdef VMAP_DEBUG
+	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
+		vmap_range_check();
+#endif
+	return p;
+}
+
+__attribute__((noinline, cold, noreturn)) static void invalid_pointer(const char *who,
+								     const void *p,
+								     uint64_t tag)
+{
+	VMAP_BUF(b, 2, 256);
+	vmap_buf_invalid_pointer(&b, who, p);
+	unsigned st = vmap_tag_state(tag);
+	if (st == VMAP_ST_CACHED || st == VMAP_ST_PURGING || st == VMAP_ST_FREE)
+		vmap_buf_str(&b, " (double free: the block was already freed)");
+	else
+		vmap_buf_str(&b, " (not the start of a live block: interior pointer or double free?)");
+	vmap_buf_char(&b, '\n');
+	vmap_buf_flush(&b);
+	vmap_os_abort();
+}
+
+/* The pte of a live block start (and, when region is not NULL, its
+ * region), or stop the program naming `who`. */
+struct vmap_pte *vmap_live_pte(const void *p, const char *who, uint64_t *tag,
+				 struct vmap_region **region)
+{
+	struct vmap_pte_ref ref;
+	if (!vmap_pte_lookup((uintptr_t)p, VMAP_PTE_LIVE, &ref))
+		invalid_pointer(who, p, ref.tag);
+	*tag = ref.tag;
+	if (region)
+		*region = ref.region;
+	return ref.pte;
+}
+
+/* The counters of a large block freed (its usable bytes: all but the guard). */
+void vmap_count_large_free(int64_t usable)
+{
+	vmap_stat_add_local(VMAP_STAT_large_frees, 1);
+	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -usable);
+}
+
+static __thread uint32_t vmap_cached_frees;
+
+/*
+ * A freed area with a resident free run of its shard and kind just before or
+ * after it (tags read without the lock: a hint).  Such an area goes to the
+ * free runs at once, past the thread cache and the exact-size pools: merged,
+ * it serves any size, where kept whole it waits for its own size while the
+ * run beside it stays too small for the larger requests, which then take
+ * fresh memory.  Repeated sizes are unaffected: their neighbours are live
+ * or pooled areas, not free runs.
+ */
+static bool beside_resident_run(struct vmap_region *r, struct vmap_pte *e, uintptr_t a,
+				uint64_t pages, uint64_t t)
+{
+	unsigned shard = vmap_tag_shard(t);
+	bool big = t & VMAP_TAG_BIG;
+	if (a > r->base) {
+		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
+		unsigned st = vmap_tag_state(lt);
+		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
+		    vmap_run_mergeable(lt, shard, big, VMAP_RUN_DIRTY))
+			return true;
+	}
+	if (a + (pages << VMAP_PAGE_SHIFT) < r->base + r->size) {
+		uint64_t rt = __atomic_load_n(&e[pages].tag, __ATOMIC_RELAXED);
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_run_mergeable(rt, shard, big, VMAP_RUN_DIRTY))
+			return true;
+	}
+	return false;
+}
+
+void vmap_range_free(void *p, const char *who)
+{
+	uint64_t t;
+	struct vmap_region *r;
+	struct vmap_pte *e = vmap_live_pte(p, who, &t, &r);
+	uint64_t pages = vmap_tag_pages(t);
+	uint64_t cached = vmap_tag_make(VMAP_ST_CACHED, vmap_tag_shard(t), pages, t & VMAP_TAG_BIG);
+	if (!__atomic_compare_exchange_n(&e->tag, &t, cached, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		invalid_pointer(who, p, t); /* lost a race with another free of p */
+	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
+	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
+	bool to_runs = pages > vmap_pool_exact ||
+		       (!vmap_guard_on && beside_resident_run(r, e, (uintptr_t)p, pages, t));
+	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && !to_runs &&
+	    vmap_cache_push(owner, (uintptr_t)p, pages)) {
+		/* In this thread's cache: outside the purge's reach and budget; no
+		 * CPU number, clock or lock needed.  The age purge is looked at on
+		 * every 64th such free (it is looked at on every other free). */
+		vmap_count_large_free(bytes - (int64_t)VMAP_PAGE);
+		vmap_stat_add_local(VMAP_STAT_thread_cached_bytes, bytes);
+		if (!(++vmap_cached_frees & 63))
+			vmap_purge_maybe(vmap_os_now_ns());
+		return;
+	}
+	unsigned cpu;
+	vmap_shard_here(&cpu);
+	uint64_t now = vmap_os_now_ns();
+	if (__builtin_expect(t & VMAP_TAG_ATTR, 0)) {
+		/* The program changed this block's protection or advice (a guard
+		 * page under a thread stack, MADV_DONTFORK...): a fresh mapping over
+		 * it restores plain read-write memory, zero-filled. */
+		if (!vmap_os_map_fresh(p, (size_t)bytes)) {
+			vmap_shard_lock(owner);
+			vmap_chunks_give_back_locked(
+				owner, vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
+							       t & VMAP_TAG_BIG, now));
+			vmap_shard_unlock(owner);
+			vmap_count_large_free(bytes - (int64_t)VMAP_PAGE);
+			return;
+		}
+		/* Could not reset it: keep it out of circulation rather than hand
+		 * out memory with the wrong protection (counted as still in use). */
+		return;
+	}
+	if (to_runs) {
+		/* Larger areas (and those beside a resident run) become a
+		 * resident free run, merged with its free neighbours, reusable
+		 * by any size. */
+		vmap_guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE);
+		vmap_shard_lock(owner);
+		vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY, t & VMAP_TAG_BIG, now);
+		vmap_shard_unlock(owner);
+	} else {
+		vmap_shard_lock(owner);
+		/* A pool holds a few areas of its size (16/8/4 like the thread
+		 * caches); more would sit unused when sizes vary, while in the
+		 * runs they merge and serve any size. */
+		vmap_area_park_locked(owner, e, (uintptr_t)p, now);
+		vmap_shard_unlock(owner);
+	}
+	vmap_count_large_free(bytes - (int64_t)VMAP_PAGE);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_cached_bytes, bytes);
+#ifdef VMAP_DEBUG
+	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
+		vmap_range_check();
+#endif
+	vmap_purge_maybe(now);
+}
+
+size_t vmap_range_usable(const void *p, const char *who)
+{
+	uint64_t t;
+	vmap_live_pte(p, who, &t, NULL);
+	return (size_t)((vmap_tag_pages(t) - 1) << VMAP_PAGE_SHIFT);
+}
+
+bool vmap_range_owns(const void *p)
+{
+	return vmap_region_of((uintptr_t)p) != NULL;
+}
+
+bool vmap_range_resize(void *p, size_t size)
+{
+	uint64_t t;
+	struct vmap_pte *e = vmap_live_pte(p, "realloc", &t, NULL);
+	uint64_t pages = vmap_tag_pages(t);
+	if (size > ((size_t)1 << 46))
+		return false;
+	uint64_t want = ((size + VMAP_PAGE - 1) >> VMAP_PAGE_SHIFT) + 1;
+	if (want <= pages)
+		return true; /* fits already; the caller decides whether shrinking should move */
+	bool big = t & VMAP_TAG_BIG;
+	if (!big && vmap_opt.hugepage && (want - 1) << VMAP_PAGE_SHIFT >= vmap_opt.hugepage_min)
+		return false; /* growing into the big kind: move to a THP-friendly chunk */
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	uintptr_t end = (uintptr_t)p + (pages << VMAP_PAGE_SHIFT);
+	struct vmap_region *r = vmap_region_of((uintptr_t)p);
+	bool done = false;
+	vmap_shard_lock(s);
+	if (end < r->base + r->size) {
+		struct vmap_pte *re = vmap_pte_of(r, end);
+		/* Atomic: a free of the neighbour CASes LIVE to CACHED without
+		 * the lock (either value is not FREE: the same decision). */
+		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED), rp = vmap_tag_pages(rt);
+		/* A guarded neighbour is unguarded first (under the lock: one
+		 * madvise): if that fails, no growth, nothing changed. */
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
+		    !!(rt & VMAP_TAG_BIG) == big && pages + rp >= want &&
+		    vmap_tag_run_state(rt) != VMAP_RUN_PROTECTED &&
+		    (vmap_tag_run_state(rt) != VMAP_RUN_GUARDED || !vmap_unguard(end, want - pages))) {
+			uint64_t stamp = re->stamp;
+			unsigned rs = vmap_tag_run_state(rt);
+			vmap_run_take_locked(s, re, rt);
+			uint64_t extra = want - pages;
+			if (rp > extra)
+				vmap_run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, rs, big,
+					       stamp);
+			if (rs == VMAP_RUN_DIRTY || rs == VMAP_RUN_PROTECTED)
+				vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes,
+						  -(int64_t)(extra << VMAP_PAGE_SHIFT));
+			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
+					 __ATOMIC_RELEASE);
+			done = true;
+			int64_t grown = (int64_t)(extra << VMAP_PAGE_SHIFT);
+			vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, grown);
+			note_peak(want); /* (the purge's limit grows up to twice the peak) */
+			vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, grown);
+		}
+	}
+	vmap_shard_unlock(s);
+	if (done && vmap_guard_on) {
+		vmap_guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE);
+		vmap_guard_page((uintptr_t)p, want, MADV_GUARD_INSTALL);
+	}
+	return done;
+}
+
+/* ---- init, fork -------------------------------------------------------- */
+
+size_t vmap_fit_reservation(size_t want)
+{
+	uint64_t cur, max;
+	if (vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur == UINT64_MAX)
+		return want;
+	/* Leave the program at least three quarters of what is left. */
+	uint64_t vsize = vmap_proc_vsize();
+	uint64_t avail = cur > vsize ? cur - vsize : 0;
+	uint64_t fit = (avail / 4) & ~(uint64_t)(VMAP_CHUNK - 1);
+	return fit < want ? (size_t)fit : want;
+}
+
+int vmap_range_init(void)
+{
+	static struct vmap_lock_set shard_locks = {"shards", VMAP_RANK_SHARD, NULL,
+						   sizeof(struct vmap_shard), &vmap_nshards};
+	static const struct vmap_lock_set global_locks = {"arena", VMAP_RANK_GLOBAL,
+							  &vmap_global_lock, 0, NULL};
+	vmap_purge_register_locks();
+	vmap_lock_register(&global_locks);
+	unsigned ncpu = vmap_os_ncpu();
+	unsigned n = vmap_opt.shards ? (unsigned)vmap_opt.shards : ncpu;
+	if (n > VMAP_MAX_SHARDS)
+		n = VMAP_MAX_SHARDS;
+	n = n ? n : 1;
+	/* POOL_PAGES counts usable pages; areas carry one more, the guard. */
+	vmap_pool_exact = vmap_opt.pool_pages + 1;
+	vmap_lazy_max = vmap_opt.lazy_max ? vmap_opt.lazy_max
+					  : (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20);
+	vmap_lazy_limit = vmap_lazy_max;
+	vmap_counter_set_batch(vmap_lazy_max);
+	vmap_shards_bytes = ((size_t)n * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
+			    ~(VMAP_PAGE - 1);
+	void *sh = vmap_os_mmap(NULL, vmap_shards_bytes, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (vmap_os_is_err(sh))
+		return vmap_os_err(sh); /* (no shards: nothing for fork or purge to walk) */
+	vmap_shards = sh;
+	for (unsigned i = 0; i < n; i++)
+		vmap_shards[i].id = i;
+	shard_locks.first = &vmap_shards[0].lock;
+	vmap_lock_register(&shard_locks);
+	__atomic_store_n(&vmap_nshards, n, __ATOMIC_RELEASE);
+	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)vmap_shards_bytes);
+	vmap_reserve_size = vmap_fit_reservation(vmap_opt.reserve);
+	if (vmap_reserve_size < REGION_FLOOR)
+		return -ENOMEM;
+	int rc = vmap_region_add(vmap_reserve_size, REGION_FLOOR);
+	if (rc)
+		return rc;
+	vmap_moves_refused = false;
+	vmap_guard_on = vmap_opt.guard && vmap_guard_markers();
+	if (vmap_opt.guard && !vmap_guard_on)
+		vmap_say("VMAPALLOC_GUARD=1 needs MADV_GUARD_INSTALL (Linux 6.13 or later); ",
+			 "guard gaps stay in place but do not trap", NULL);
+	return 0;
+}
+
+void vmap_range_flush_cached(void)
+{
+	vmap_cache_trim();
+	for (unsigned i = 0; i < vmap_nshards; i++) {
+		vmap_shard_lock(&vmap_shards[i]);
+		vmap_pools_to_runs_locked(&vmap_shards[i]);
+		vmap_shard_unlock(&vmap_shards[i]);
+	}
+}
+
+bool vmap_range_is_metadata(uintptr_t a, uintptr_t e)
+{
+	for (unsigned i = 0; i < vmap_nregions; i++) {
+		uintptr_t m = (uintptr_t)vmap_regions[i].pt;
+		uintptr_t me = m + vmap_regions[i].pt_bytes + vmap_regions[i].owner_bytes;
+		if (a < me && e > m)
+			return true;
+	}
+	uintptr_t sh = (uintptr_t)vmap_shards;
+	return sh && a < sh + vmap_shards_bytes && e > sh;
+}
+
+unsigned vmap_range_nshards(void)
+{
+	return vmap_nshards;
+}
+
+
+/* ---- set-up on first use ------------------------------------------------ */
+
+/*
+ * The arena, the shards and the thread caches are set up on the first request
+ * that needs them (a large block, a servable mmap), not at init: a process
+ * that makes only small allocations -- most processes of a shell script or a
+ * build -- reserves nothing, maps no shard and makes none of the set-up's
+ * system calls.
+ */
+int vmap_range_state VMAP_HOT;
+bool vmap_range_ok VMAP_HOT;
+size_t vmap_large_above VMAP_HOT;
+static __thread bool vmap_tls_in_range_setup;
+
+__attribute__((noinline, cold)) bool vmap_range_setup_slow(void)
+{
+	if (vmap_tls_in_range_setup)
+		return false; /* re-entered (a signal handler) during the set-up: glibc */
+	int expected = VMAP_RANGE_NONE;
+	if (__atomic_compare_exchange_n(&vmap_range_state, &expected, VMAP_RANGE_BUSY, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		vmap_tls_in_range_setup = true;
+		bool ok = vmap_range_init() == 0;
+		if (ok) {
+			vmap_cache_init(vmap_os_ncpu());
+			/* Its set-up paid for, the arena takes all it is best at. */
+			__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
+		} else {
+			vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
+				 "large allocations go to glibc", NULL);
+		}
+		__atomic_store_n(&vmap_range_ok, ok, __ATOMIC_RELEASE);
+		__atomic_store_n(&vmap_range_state, VMAP_RANGE_DONE, __ATOMIC_RELEASE);
+		vmap_tls_in_range_setup = false;
+		return ok;
+	}
+	while (__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) != VMAP_RANGE_DONE)
+		vmap_os_yield();
+	return __atomic_load_n(&vmap_range_ok, __ATOMIC_ACQUIRE);
+}
+
+void vmap_range_refuse(void)
+{
+	vmap_range_ok = false;
+	__atomic_store_n(&vmap_range_state, VMAP_RANGE_DONE, __ATOMIC_RELEASE);
+	vmap_large_above = SIZE_MAX;
+}
+
+void vmap_range_setup_wait(void)
+{
+	while (!vmap_tls_in_range_setup &&
+	       __atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) == VMAP_RANGE_BUSY)
+		vmap_os_yield();
+}
+

@@ -1,0 +1,197 @@
+/*
+ * move.c — realloc by moving pages (mremap) instead of copying them, the
+ * undo of a move that failed part way, and the budget of VMAs moves may
+ * leave behind.
+ */
+#include "range_impl.h"
+
+/*
+ * Undoing a move that failed part way.  Since Linux 6.17 mremap moves a
+ * source made of several VMAs one VMA at a time, and near vm.max_map_count
+ * it can fail after the first pieces have moved: their pages are in q, their
+ * old range is empty (MREMAP_DONTUNMAP) or unmapped, and the destination of
+ * the piece that failed may be unmapped too.  Nothing says where the pieces
+ * end; but if q read zero before the move, every page is in exactly one of p
+ * and q, the other reading zero, so ORing q into p page by page puts every
+ * byte back in p.  Pages of p still resident never moved (moving empties the
+ * source) and are skipped.  Holes in p and q are mapped again (NOREPLACE:
+ * another thread's mapping may have taken a hole since).  Returns 0 when p
+ * holds its content and q is whole again, 1 when p does but part of q could
+ * not be mapped again, -1 when a hole in p could not be refilled (its pages
+ * stay in q, which the caller must then keep).
+ */
+#define UNDO_PAGES 256 /* pages per mincore call */
+#define UNDO_HOLE 2    /* vec mark: not mapped */
+
+static void undo_residency(uintptr_t a, size_t n, unsigned char *vec)
+{
+	if (vmap_os_mincore((void *)a, n << VMAP_PAGE_SHIFT, vec) == 0) {
+		for (size_t i = 0; i < n; i++)
+			vec[i] &= 1;
+		return;
+	}
+	for (size_t i = 0; i < n; i++) /* something is unmapped: page by page */
+		if (vmap_os_mincore((void *)(a + (i << VMAP_PAGE_SHIFT)), VMAP_PAGE, &vec[i]) == 0)
+			vec[i] &= 1;
+		else
+			vec[i] = UNDO_HOLE;
+}
+
+/* Maps every run of holes in vec again; false if one could not be. */
+static bool undo_refill(uintptr_t a, size_t n, const unsigned char *vec)
+{
+	bool ok = true;
+	for (size_t i = 0; i < n;) {
+		if (vec[i] != UNDO_HOLE) {
+			i++;
+			continue;
+		}
+		size_t j = i;
+		while (j < n && vec[j] == UNDO_HOLE)
+			j++;
+		if (vmap_os_map_hole((void *)(a + (i << VMAP_PAGE_SHIFT)), (j - i) << VMAP_PAGE_SHIFT))
+			ok = false;
+		i = j;
+	}
+	return ok;
+}
+
+int vmap_move_undo(void *p, void *q, size_t len)
+{
+	unsigned char pv[UNDO_PAGES], qv[UNDO_PAGES];
+	size_t pages = len >> VMAP_PAGE_SHIFT;
+	bool p_ok = true, q_ok = true;
+	for (size_t at = 0; at < pages; at += UNDO_PAGES) {
+		size_t n = pages - at < UNDO_PAGES ? pages - at : UNDO_PAGES;
+		uintptr_t pa = (uintptr_t)p + (at << VMAP_PAGE_SHIFT);
+		uintptr_t qa = (uintptr_t)q + (at << VMAP_PAGE_SHIFT);
+		undo_residency(pa, n, pv);
+		undo_residency(qa, n, qv);
+		bool refilled = undo_refill(pa, n, pv);
+		p_ok &= refilled;
+		for (size_t i = 0; i < n; i++) {
+			if (pv[i] == 1 || qv[i] == UNDO_HOLE || (pv[i] == UNDO_HOLE && !refilled))
+				continue;
+			uint64_t *d = (uint64_t *)(pa + (i << VMAP_PAGE_SHIFT));
+			const uint64_t *src = (const uint64_t *)(qa + (i << VMAP_PAGE_SHIFT));
+			for (size_t w = 0; w < VMAP_PAGE / sizeof(uint64_t); w++)
+				if (src[w])
+					d[w] |= src[w];
+		}
+		q_ok &= undo_refill(qa, n, qv);
+	}
+	return !p_ok ? -1 : !q_ok;
+}
+
+/* Retires q, a fresh area the caller will not get (part of it could not be
+ * mapped again): foreign (mmap.c) = out of circulation, no longer a live
+ * block, ours again if the program ever munmaps it. */
+static void retire_destination(void *q)
+{
+	struct vmap_pte *qe = vmap_pte_of(vmap_region_of((uintptr_t)q), (uintptr_t)q);
+	uint64_t qt = __atomic_load_n(&qe->tag, __ATOMIC_ACQUIRE);
+	struct vmap_shard *qs = &vmap_shards[vmap_tag_shard(qt)];
+	unsigned qcpu = vmap_os_cpu();
+	vmap_shard_lock(qs);
+	__atomic_store_n(&qe->tag,
+			 vmap_tag_make(VMAP_ST_FOREIGN, qs->id, vmap_tag_pages(qt), qt & VMAP_TAG_BIG),
+			 __ATOMIC_RELEASE);
+	vmap_shard_unlock(qs);
+	vmap_stat_add_cpu(qcpu, VMAP_STAT_large_blocks_in_use, -1);
+	vmap_stat_add_cpu(qcpu, VMAP_STAT_large_bytes_in_use,
+			  -(int64_t)((vmap_tag_pages(qt) - 1) << VMAP_PAGE_SHIFT));
+}
+
+/* The VMAs a move left in a's chunk (see vmap_moves): up to two more on
+ * each side (the source's VMA split around the range it keeps; the moved
+ * VMA and the split of the one it landed in). */
+static void count_move(uintptr_t a)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	if (r)
+		__atomic_add_fetch(&r->chunk_moves[(a - r->base) >> VMAP_CHUNK_SHIFT], 2,
+				   __ATOMIC_RELAXED);
+	__atomic_add_fetch(&vmap_moves, 2, __ATOMIC_RELAXED);
+}
+
+bool vmap_moves_allowed(void)
+{
+	return __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) + 4 <= vmap_vma_budget() / 2;
+}
+
+void vmap_moves_count(uintptr_t from, uintptr_t to)
+{
+	count_move(from);
+	count_move(to);
+}
+
+void *vmap_range_move(void *p, size_t size, bool *moved)
+{
+	uint64_t t;
+	struct vmap_pte *e = vmap_live_pte(p, "realloc", &t, NULL);
+	uint64_t pages = vmap_tag_pages(t);
+	size_t old_usable = (size_t)((pages - 1) << VMAP_PAGE_SHIFT);
+	bool zero;
+	void *q = vmap_range_alloc(size, VMAP_PAGE, &zero);
+	*moved = false;
+	if (!q)
+		return NULL;
+	/* Each move leaves the moved pages in a VMA of their own (the kernel
+	 * keeps their old page offset, so it cannot merge them back) until
+	 * their chunk goes back to the arena: bound them so that a
+	 * realloc-heavy program stays far from vm.max_map_count, an eighth of
+	 * it (vmap_vma_budget); past the budget, copy. */
+	if (!vmap_moves_allowed())
+		return q;
+	/* Move the page tables, not the bytes; the old range stays mapped (and
+	 * empty, hence zero) thanks to MREMAP_DONTUNMAP, so the arena keeps no
+	 * hole another mapping could take.  The guard page moves too: an area
+	 * carved from a resident run may have stale bytes there, and the whole
+	 * old range is about to be declared zero.  q's usable part holds it,
+	 * since size > old_usable. */
+	size_t span = (size_t)(pages - vmap_guard_on) << VMAP_PAGE_SHIFT;
+	/* A move that fails part way is undone by merging q back into p, which
+	 * needs q to read zero where nothing moved (vmap_move_undo). */
+	if (__atomic_load_n(&vmap_moves_refused, __ATOMIC_RELAXED))
+		return q; /* a kernel before 5.7: copy */
+	if (!zero && vmap_os_madvise(q, span, MADV_DONTNEED))
+		return q; /* (cannot happen to an arena area: then copy) */
+	void *m = vmap_os_mremap(p, span, span, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
+	if (vmap_os_is_err(m) && vmap_os_err(m) == EINVAL) {
+		/* The arguments are checked before anything moves: this kernel
+		 * does not know MREMAP_DONTUNMAP.  Copy, now and from now on. */
+		__atomic_store_n(&vmap_moves_refused, true, __ATOMIC_RELAXED);
+		return q;
+	}
+	if (!vmap_os_is_err(m))
+		vmap_guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE); /* marker gone: reads zero */
+	if (vmap_os_is_err(m)) {
+		/* Nothing moved (EFAULT before Linux 6.17 for a source of several
+		 * VMAs; no MREMAP_DONTUNMAP before 5.7), or near vm.max_map_count
+		 * some pieces did: either way p gets all its bytes back, and the
+		 * caller copies them into q.  DONTUNMAP leaves p mapped, so only q
+		 * can have holes; if one cannot be mapped again (the VMA limit),
+		 * q is retired and the caller gets NULL. */
+		if (vmap_move_undo(p, q, span) != 0) {
+			retire_destination(q);
+			return NULL;
+		}
+		return q; /* caller copies and frees p */
+	}
+	count_move((uintptr_t)p);
+	count_move((uintptr_t)q);
+	/* p is now zero-filled address space: straight back to free space. */
+	bool big = t & VMAP_TAG_BIG;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	unsigned cpu = vmap_os_cpu();
+	vmap_shard_lock(s);
+	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
+	vmap_chunks_give_back_locked(s, vmap_free_insert_locked(s, (uintptr_t)p, pages, VMAP_RUN_ZERO,
+								big, 0));
+	vmap_shard_unlock(s);
+	vmap_count_large_free((int64_t)old_usable);
+	vmap_stat_add_cpu(cpu, VMAP_STAT_realloc_moved_pages, 1);
+	*moved = true;
+	return q;
+}
+

@@ -1,0 +1,101 @@
+/*
+ * range_impl.h — what the files of the large allocator share among
+ * themselves and no one else: the arena's variables, the free-run and pool
+ * helpers the layers above them call, and the small inline helpers they all
+ * use.  range.h is the layer's interface to the rest of the core.
+ *
+ *   large.c, move.c, range_check.c    alloc/free/resize, moves, the check
+ *        |            cache.c, purge.c (thread caches, the lazy purge)
+ *        v
+ *   pool.c    runs.c    vm.c          per-size pools, free runs, page states
+ *        \       |      /
+ *         arena.c                     regions, chunks, shards
+ *
+ * Arrows point down: a file calls only files below it (scripts/check-layers).
+ */
+#ifndef VMAP_RANGE_IMPL_H
+#define VMAP_RANGE_IMPL_H
+
+#include "range.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+
+#include "counter.h"
+#include "fmt.h"
+#include "options.h"
+#include "observe.h"
+#include "section.h"
+#include "thread.h"
+
+/* The smallest region worth reserving: a smaller one is not an arena. */
+#define REGION_FLOOR ((size_t)256 << 20)
+
+uintptr_t vmap_chunks_acquire(struct vmap_shard *s, bool big, size_t n);
+uint64_t vmap_proc_vsize(void);
+int vmap_region_add(size_t want, size_t at_least);
+extern size_t vmap_shards_bytes;
+extern size_t vmap_reserve_size;
+extern struct vmap_lock vmap_global_lock;
+extern bool vmap_moves_refused;
+extern uint64_t vmap_moves;
+uintptr_t vmap_carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
+			      unsigned *state_out, uint64_t *resident_out, bool resident_only);
+uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align);
+bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state);
+void vmap_guard_page(uintptr_t area, uint64_t pages, int advice);
+extern bool vmap_guard_on;
+void vmap_pools_to_runs_locked(struct vmap_shard *s);
+size_t vmap_fit_reservation(size_t want);
+void vmap_count_large_free(int64_t usable);
+struct vmap_pte *vmap_live_pte(const void *p, const char *who, uint64_t *tag,
+				 struct vmap_region **region);
+
+static inline unsigned log2_floor(uint64_t x)
+{
+	return 63u - (unsigned)__builtin_clzll(x);
+}
+
+static inline void publish_live(struct vmap_pte *e, unsigned shard, uint64_t pages, bool big)
+{
+	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, shard, pages, big ? VMAP_TAG_BIG : 0),
+			 __ATOMIC_RELEASE);
+}
+
+/* shard->cached_bytes and pool[].count are written under the shard lock and
+ * read without it as hints (purge.c collect, the pool checks before taking
+ * the lock): relaxed atomic stores, plain moves on x86-64 and arm64, so that
+ * those reads are not data races. */
+static inline void cached_add(struct vmap_shard *s, uint64_t d)
+{
+	__atomic_store_n(&s->cached_bytes, s->cached_bytes + d, __ATOMIC_RELAXED);
+}
+
+static inline unsigned bin_of(uint64_t pages)
+{
+	unsigned b = log2_floor(pages);
+	return b < VMAP_FREE_BINS ? b : VMAP_FREE_BINS - 1;
+}
+
+static inline unsigned list_of(bool big, unsigned state)
+{
+	return vmap_run_list(big, state);
+}
+
+/* Whether runs in states a and b merge: when they are the same, and zero
+ * with guarded (into a guarded run).  Both are unused address space with no
+ * page resident; carving from a guarded run removes the markers of what it
+ * takes (MADV_GUARD_REMOVE, or mprotect on older kernels), which on pages
+ * that have none costs a walk of the range.  Kept apart, the pieces the
+ * program unmapped and the purged blocks between them cut the address space
+ * into runs too small for the next large request (pieces of huge-page
+ * chunks that no larger block fitted), and new address space was claimed
+ * instead, region after region. */
+static inline bool states_merge(unsigned a, unsigned b)
+{
+	return a == b || (a == VMAP_RUN_ZERO && b == VMAP_RUN_GUARDED) ||
+	       (a == VMAP_RUN_GUARDED && b == VMAP_RUN_ZERO);
+}
+
+
+#endif

@@ -1,0 +1,309 @@
+/*
+ * runs.c — a shard's free runs: the size bins, setting and taking runs,
+ * merging a freed range with its free neighbours, and carving an area out
+ * of them.  Every function here runs under the shard's lock.
+ *
+ * Invariants:
+ *  - A page-table tag is non-zero only at the head of an area or a free run,
+ *    and at the tail of a free run (pte.h).  Interior and freed addresses
+ *    therefore fail the O(1) check in free().
+ *  - Free runs merge only with runs of the same shard and kind (small/big),
+ *    and of the same state; zero and guarded runs merge into guarded.
+ */
+#include "range_impl.h"
+
+/* ---- free runs (shard lock held) -------------------------------------- */
+
+
+
+
+static inline uint64_t state_flags(unsigned state)
+{
+	static const uint64_t flags[] = {VMAP_TAG_ZERO, 0, VMAP_TAG_ADVISED, VMAP_TAG_GUARDED,
+					 VMAP_TAG_PROTECTED};
+	return flags[state];
+}
+
+static void bin_push(struct vmap_shard *s, unsigned li, struct vmap_pte *e, uintptr_t a,
+		     uint64_t pages)
+{
+	unsigned b = bin_of(pages);
+	uintptr_t head = s->free_bin[li][b];
+	e->next = head;
+	e->prev = 0;
+	if (head)
+		vmap_pte_of(vmap_region_of(head), head)->prev = a;
+	s->free_bin[li][b] = a;
+	s->free_bin_mask[li] |= 1ull << b;
+}
+
+static void bin_remove(struct vmap_shard *s, unsigned li, struct vmap_pte *e, uint64_t pages)
+{
+	unsigned b = bin_of(pages);
+	if (e->prev)
+		vmap_pte_of(vmap_region_of(e->prev), e->prev)->next = e->next;
+	else
+		s->free_bin[li][b] = e->next;
+	if (e->next)
+		vmap_pte_of(vmap_region_of(e->next), e->next)->prev = e->prev;
+	if (!s->free_bin[li][b])
+		s->free_bin_mask[li] &= ~(1ull << b);
+}
+
+/* Writes the head and tail tags of a free run and files it in its bin. */
+void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a,
+			   uint64_t pages, unsigned state, bool big, uint64_t stamp)
+{
+	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
+	uint64_t flags = state_flags(state) | (big ? VMAP_TAG_BIG : 0);
+	unsigned li = list_of(big, state);
+	struct vmap_pte *e = vmap_pte_of(r, a);
+	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_FREE, s->id, pages, flags), __ATOMIC_RELEASE);
+	if (pages > 1)
+		__atomic_store_n(&e[pages - 1].tag, vmap_tag_make(VMAP_ST_FREE_TAIL, s->id, pages, flags),
+				 __ATOMIC_RELAXED);
+	e->stamp = stamp;
+	bin_push(s, li, e, a, pages);
+	s->free_pages[li] += pages;
+	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
+		cached_add(s, pages << VMAP_PAGE_SHIFT);
+}
+
+/* Unfiles a free run and clears its tags. */
+void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
+{
+	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
+	uint64_t pages = vmap_tag_pages(t);
+	unsigned state = vmap_tag_run_state(t);
+	unsigned li = list_of(t & VMAP_TAG_BIG, state);
+	bin_remove(s, li, e, pages);
+	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
+	if (pages > 1)
+		__atomic_store_n(&e[pages - 1].tag, 0, __ATOMIC_RELAXED);
+	s->free_pages[li] -= pages;
+	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
+		cached_add(s, -(pages << VMAP_PAGE_SHIFT));
+}
+
+
+static unsigned merged_state(unsigned a, unsigned b)
+{
+	return a == b ? a : VMAP_RUN_GUARDED;
+}
+
+/* Runs merge only within one shard and one kind (and states_merge). */
+bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state)
+{
+	return vmap_tag_shard(t) == shard && !!(t & VMAP_TAG_BIG) == big &&
+	       states_merge(vmap_tag_run_state(t), state);
+}
+
+uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
+				  unsigned state, bool big, uint64_t now)
+{
+	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
+	struct vmap_region *r = vmap_region_of(start);
+	struct vmap_pte *e = vmap_pte_of(r, start);
+	/* Atomic: another shard's insert may read it as its run's right
+	 * neighbour (never mergeable: another shard's). */
+	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
+	/* Merge with a free run that ends just before us. */
+	if (start > r->base) {
+		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
+		unsigned st = vmap_tag_state(lt);
+		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
+		    vmap_run_mergeable(lt, s->id, big, state)) {
+			uint64_t lp = vmap_tag_pages(lt);
+			uintptr_t ls = start - (lp << VMAP_PAGE_SHIFT);
+			struct vmap_pte *le = vmap_pte_of(r, ls);
+			state = merged_state(state, vmap_tag_run_state(le->tag));
+			vmap_run_take_locked(s, le, le->tag);
+			start = ls;
+			pages += lp;
+		}
+	}
+	/* Merge with a free run that starts just after us. */
+	uintptr_t end = start + (pages << VMAP_PAGE_SHIFT);
+	if (end < r->base + r->size) {
+		struct vmap_pte *re = vmap_pte_of(r, end);
+		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED);
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_run_mergeable(rt, s->id, big, state)) {
+			state = merged_state(state, vmap_tag_run_state(rt));
+			vmap_run_take_locked(s, re, rt);
+			pages += vmap_tag_pages(rt);
+		}
+	}
+	vmap_run_set_locked(s, r, start, pages, state, big, now);
+	return start;
+}
+
+/* A run of list li that holds `pages` pages at `align`, or 0: the smallest
+ * that fits once aligned (the lowest address among equals), looking at up
+ * to RUN_FIND_BUDGET runs per bin, from the bin of `pages` up to the first
+ * bin whose smallest possible run is no better than the best found.  Best
+ * fit keeps the large runs whole for the large requests (fewer pages
+ * faulted than with the first fit of a bin's head). */
+#define RUN_FIND_BUDGET 64
+uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align)
+{
+	uint64_t mask = s->free_bin_mask[li] & ~((1ull << bin_of(pages)) - 1);
+	uintptr_t best = 0;
+	uint64_t best_m = UINT64_MAX;
+	while (mask) {
+		unsigned b = (unsigned)__builtin_ctzll(mask);
+		mask &= mask - 1;
+		/* Every run of a bin is at least 2^b pages: once that is no
+		 * smaller than the best fit found, larger bins cannot beat it. */
+		if (best && (1ull << b) >= best_m)
+			break;
+		int budget = RUN_FIND_BUDGET;
+		for (uintptr_t a = s->free_bin[li][b]; a && budget-- > 0;) {
+			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+			uint64_t m = vmap_tag_pages(e->tag);
+			uintptr_t al = (a + align - 1) & ~(uintptr_t)(align - 1);
+			if ((m < best_m || (m == best_m && a < best)) &&
+			    al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
+				best = a;
+				best_m = m;
+				if (m == pages)
+					return best;
+			}
+			a = e->next;
+		}
+	}
+	return best;
+}
+
+/*
+ * Carves an area of `pages` pages aligned to `align` bytes from the shard's
+ * free runs.  Order: resident (dirty) runs of the request's kind, resident
+ * runs of the other kind (memory already faulted in is the cheapest there
+ * is: a memset at most, where a fresh page costs a fault), known-zero runs of
+ * the request's kind, and for small requests known-zero big runs too (the
+ * lead fragments that 2 MiB alignment leaves in big chunks).  Pages the
+ * program munmap()ed come in between: lazily protected ones right after the
+ * dirty runs (resident: one mprotect), guarded ones before fresh memory
+ * (one madvise, then faults like fresh memory, but no new address space).
+ * *state is the run's state; the area's kind is the run's (*big); *resident
+ * how many of its pages were resident (cached).  An area that starts in a
+ * resident run and ends in a zero or guarded one has that run's state and
+ * *resident > 0: its first *resident pages are stale, the rest as the state
+ * says.  With resident_only, only the lists that need no page fault (dirty,
+ * protected).
+ */
+uintptr_t vmap_carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
+			      unsigned *state_out, uint64_t *resident_out, bool resident_only)
+{
+	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
+	const bool k = *big;
+	const unsigned order[9] = {
+		list_of(k, VMAP_RUN_DIRTY),     list_of(!k, VMAP_RUN_DIRTY),
+		list_of(k, VMAP_RUN_PROTECTED), list_of(!k, VMAP_RUN_PROTECTED),
+		list_of(k, VMAP_RUN_ADVISED),   list_of(k, VMAP_RUN_GUARDED),
+		list_of(k, VMAP_RUN_ZERO),
+		/* small requests may also use the zero lead fragments of big chunks */
+		list_of(true, VMAP_RUN_ZERO),   list_of(!k, VMAP_RUN_GUARDED),
+	};
+	uintptr_t found = 0;
+	for (int i = 0; i < (resident_only ? 4 : 9) && !found; i++)
+		found = vmap_run_find(s, order[i], pages, align);
+	*resident_out = 0;
+	if (!found)
+		return 0;
+	struct vmap_region *r = vmap_region_of(found);
+	struct vmap_pte *e = vmap_pte_of(r, found);
+	uint64_t t = e->tag, m = vmap_tag_pages(t), stamp = e->stamp;
+	unsigned state = vmap_tag_run_state(t);
+	bool kind = t & VMAP_TAG_BIG;
+	if ((state == VMAP_RUN_ZERO || state == VMAP_RUN_GUARDED) && align <= VMAP_PAGE &&
+	    found > r->base) {
+		/* Fresh memory right after a resident run too small for the
+		 * request (else it would have been found): the area starts in
+		 * the resident run and takes from the fresh one only what is
+		 * missing.  Fewer pages fault, and the resident run, which
+		 * nothing that big could use, does not stay behind as a hole. */
+		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
+		unsigned lst = vmap_tag_state(lt);
+		uint64_t lp = vmap_tag_pages(lt);
+		if ((lst == VMAP_ST_FREE_TAIL || (lst == VMAP_ST_FREE && lp == 1)) &&
+		    vmap_run_mergeable(lt, s->id, kind, VMAP_RUN_DIRTY) && lp < pages) {
+			uintptr_t ls = found - (lp << VMAP_PAGE_SHIFT);
+			struct vmap_pte *le = vmap_pte_of(r, ls);
+			vmap_run_take_locked(s, le, le->tag);
+			vmap_run_take_locked(s, e, t);
+			uint64_t fresh = pages - lp;
+			if (m > fresh)
+				vmap_run_set_locked(s, r, found + (fresh << VMAP_PAGE_SHIFT), m - fresh,
+						    state, kind, stamp);
+			*state_out = state; /* of the fresh part; contents not known zero */
+			*resident_out = lp;
+			*big = kind;
+			return ls;
+		}
+	}
+	vmap_run_take_locked(s, e, t);
+	uintptr_t al = (found + align - 1) & ~(uintptr_t)(align - 1);
+	uint64_t lead = (al - found) >> VMAP_PAGE_SHIFT;
+	uint64_t rest = m - lead - pages;
+	if (lead)
+		vmap_run_set_locked(s, r, found, lead, state, kind, stamp);
+	if (rest)
+		vmap_run_set_locked(s, r, al + (pages << VMAP_PAGE_SHIFT), rest, state, kind, stamp);
+	*state_out = state;
+	*resident_out = state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED ? pages : 0;
+	*big = kind;
+	return al;
+}
+
+unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
+				struct vmap_victim *out, unsigned max, uint64_t *taken)
+{
+	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
+	/* Oldest first (the kernel's decay order): gather up to DIRTY_SCAN runs,
+	 * then repeatedly take the oldest of them.  Runs are not kept in age
+	 * order, so the scan is bounded; what it misses waits for the next purge. */
+	enum { DIRTY_SCAN = 512 };
+	uintptr_t cand[DIRTY_SCAN];
+	uint64_t stamp[DIRTY_SCAN];
+	unsigned nc = 0;
+	for (unsigned l = 0; l < 4; l++) {
+		unsigned li = list_of(l & 1, l < 2 ? VMAP_RUN_DIRTY : VMAP_RUN_PROTECTED);
+		uint64_t mask = s->free_bin_mask[li];
+		while (mask && nc < DIRTY_SCAN) {
+			unsigned b = (unsigned)__builtin_ctzll(mask);
+			mask &= mask - 1;
+			for (uintptr_t a = s->free_bin[li][b]; a && nc < DIRTY_SCAN;) {
+				struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+				if (!older_than || e->stamp <= older_than) {
+					cand[nc] = a;
+					stamp[nc++] = e->stamp;
+				}
+				a = e->next;
+			}
+		}
+	}
+	unsigned n = 0;
+	uint64_t got = 0;
+	while (n < max && got < want_bytes && nc > 0) {
+		unsigned oldest = 0;
+		for (unsigned i = 1; i < nc; i++)
+			if (stamp[i] < stamp[oldest])
+				oldest = i;
+		uintptr_t a = cand[oldest];
+		cand[oldest] = cand[--nc];
+		stamp[oldest] = stamp[nc];
+		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
+		uint64_t t = e->tag, np = vmap_tag_pages(t);
+		vmap_run_take_locked(s, e, t);
+		/* Atomic: a free next to it reads it without the lock (range free). */
+		__atomic_store_n(&e->tag,
+				 vmap_tag_make(VMAP_ST_PURGING, s->id, np,
+					       t & (VMAP_TAG_BIG | VMAP_TAG_PROTECTED)),
+				 __ATOMIC_RELAXED);
+		out[n++] = (struct vmap_victim){a, np, e->tag};
+		got += np << VMAP_PAGE_SHIFT;
+	}
+	*taken += got;
+	return n;
+}
+
