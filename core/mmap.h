@@ -1,6 +1,7 @@
 /*
- * mmap.h — the program's own mmap family (see mmap.c).  Results follow the
- * OS seam: pointers are checked with vmap_os_is_err(), integers are 0 or -errno.
+ * mmap.h — the program's own mmap family (mmap.c; mremap: mremap.c).
+ * Results follow the OS seam: pointers are checked with vmap_os_is_err(),
+ * integers are 0 or -errno.
  */
 #ifndef VMAP_MMAP_H
 #define VMAP_MMAP_H
