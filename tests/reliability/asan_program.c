@@ -1,6 +1,6 @@
 /*
  * asan_program.c — a program built with -fsanitize=address, run under
- * LD_PRELOAD=libvmapalloc.so by loading.sh (reliability.md #45): allocations
+ * LD_PRELOAD=libvmapalloc.so by loading.sh (REQUIREMENTS.md #45): allocations
  * of every size, then "asan program: ok".
  */
 #include <stdio.h>

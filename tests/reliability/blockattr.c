@@ -1,6 +1,6 @@
 /*
  * blockattr.c — the program changes the pages of its own large malloc
- * blocks, then frees them (reliability.md #37): a posix_memalign()ed
+ * blocks, then frees them (REQUIREMENTS.md #37): a posix_memalign()ed
  * "thread stack" whose lowest page is made PROT_NONE as a guard, blocks with
  * pages given back by MADV_DONTNEED or MADV_FREE, a block made read-only.
  * free() must not crash, and the memory must be read-write and correct (calloc:

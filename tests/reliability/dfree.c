@@ -1,6 +1,6 @@
 /*
  * dfree.c — double frees of large blocks the way hardened_malloc's probes do
- * them (reliability.md #40): immediate, delayed (after 100 other frees and a
+ * them (REQUIREMENTS.md #40): immediate, delayed (after 100 other frees and a
  * purge), interleaved (A, B, A), through realloc, through free_sized, and of
  * a block that went through the thread cache and the shard pool.  Each case
  * runs in a child: it must die of SIGABRT after exactly one stderr line that

@@ -1,6 +1,6 @@
 /*
  * dlopen.c — libvmapalloc.so loaded with dlopen instead of LD_PRELOAD
- * (reliability.md #45): it must work harmlessly or say so in one line, and
+ * (REQUIREMENTS.md #45): it must work harmlessly or say so in one line, and
  * never crash.
  *
  *   dlopen LIB local|global|deepbind

@@ -20,7 +20,7 @@
  *                                 before the limit, it is in VmSize but holds
  *                                 nothing of the program's; a limit of VmSize
  *                                 + HEAD_MIB would give the program the whole
- *                                 64 GiB arena more (F1)
+ *                                 64 GiB arena more
  *   exhaust headroom              (under a finite RLIMIT_AS, e.g. 8 GiB)
  *                                 1 GiB-aligned blocks, small and big, on
  *                                 both CPUs, 4 rounds, each freed at once:
@@ -30,7 +30,7 @@
  *                                 be created, and aligned_alloc(1 GiB)
  *                                 works on both CPUs: the arena's regions
  *                                 leave glibc and the rest of the program
- *                                 room (F2); run with
+ *                                 room; run with
  *                                 VMAPALLOC_PURGE_DELAY_MS=0 and a big
  *                                 LAZY_MAX so freed runs stay with their
  *                                 shard and the arena grows
@@ -41,7 +41,7 @@
  * At the first NULL of each kind: errno is ENOMEM; posix_memalign returned
  * ENOMEM and left *memptr untouched; a failed realloc left its block intact.
  * Every block's pattern is checked before it is freed; the VMAs the first
- * fill added are at most 64 per GiB it held (reliability.md #28).  After freeing
+ * fill added are at most 64 per GiB it held (REQUIREMENTS.md #28).  After freeing
  * everything, a second fill must reach at least half of the first one's bytes
  * (nothing lost for good) — and a few blocks of every size must succeed.
  * Blocks are marked on their first 64 bytes and their last byte only
@@ -332,7 +332,7 @@ static void report(const char *what, size_t r1, size_t r2)
 	       (unsigned long long)regions);
 	if (vmas_per_gib >= 0) {
 		printf("exhaust %s: the first fill added %ld VMAs per GiB held\n", what, vmas_per_gib);
-		/* reliability.md #28: a bounded number of VMAs per GiB (K = 64 here;
+		/* REQUIREMENTS.md #28: a bounded number of VMAs per GiB (K = 64 here;
 		 * measured 17-26 with vmapalloc 0.1). */
 		CHECK(vmas_per_gib <= 64, "%ld VMAs per GiB held", vmas_per_gib);
 	}
@@ -412,11 +412,11 @@ int main(int argc, char **argv)
 		const char *strict = getenv("REL_STRICT_AS");
 		if (strict && !strcmp(strict, "1")) {
 			CHECK(used_when_full <= used0 + head,
-			      "address space in use %llu MiB past the lowered RLIMIT_AS (reliability.md #25)",
+			      "address space in use %llu MiB past the lowered RLIMIT_AS (REQUIREMENTS.md #25)",
 			      (unsigned long long)((used_when_full - used0 - head) >> 20));
 			/* Chunks claimed before the limit may still serve: slack. */
 			CHECK(over <= 128, "allocations got %ld MiB past the lowered RLIMIT_AS "
-			      "(reliability.md #25)", over);
+			      "(REQUIREMENTS.md #25)", over);
 		}
 	} else if (!strcmp(mode, "headroom")) {
 		static const size_t sizes[] = {1, 3 * MiB, 100 * KiB};

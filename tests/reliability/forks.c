@@ -1,6 +1,6 @@
 /*
  * forks.c — fork, posix_spawn and vfork while threads allocate
- * (reliability.md #15, #17, #18).
+ * (REQUIREMENTS.md #15, #17, #18).
  *
  *   forks threads [SECONDS]   4 allocator threads + 2 forking threads: each
  *                             fork's child allocates, frees and mmaps at once

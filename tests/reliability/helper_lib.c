@@ -2,7 +2,7 @@
  * helper_lib.c — a shared library for lifecycle.c, built twice:
  *   librel_early.so   (built without REL_LATE) linked into rel_lifecycle: its constructor runs before
  *                     libvmapalloc.so's (a dependency's constructor comes
- *                     first, reliability.md §0.1) and allocates, frees and
+ *                     first) and allocates, frees and
  *                     keeps blocks that main() later frees and reallocates;
  *                     with REL_ATFORK=1, it registers pthread_atfork
  *                     handlers that allocate (before vmapalloc registers

@@ -1,6 +1,6 @@
 /*
  * inject.c — the program run by inject.sh under `strace -e inject=...`
- * (reliability.md #26): system calls of the memory family fail from the
+ * (REQUIREMENTS.md #26): system calls of the memory family fail from the
  * N-th on, and every failure must surface cleanly.
  *
  *   inject [OPS] [SEED]

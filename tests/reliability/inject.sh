@@ -1,5 +1,5 @@
 #!/bin/sh
-# inject.sh INJECT — system-call failures injected by strace (reliability.md #26).
+# inject.sh INJECT — system-call failures injected by strace (REQUIREMENTS.md #26).
 # VMTEST_LIB names libvmapalloc.so; the program gets only LD_PRELOAD.
 #
 # INJECT (inject.c) runs under `strace -f -e inject=SYSCALL:error=E:when=N+[S]`

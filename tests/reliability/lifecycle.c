@@ -1,6 +1,6 @@
 /*
  * lifecycle.c — start-up, fork handlers, exit, thread churn, backtrace
- * sampling against dlopen, RTLD_DEEPBIND (reliability.md #1, #5, #16, #19,
+ * sampling against dlopen, RTLD_DEEPBIND (REQUIREMENTS.md #1, #5, #16, #19,
  * #20, #22).  Linked with librel_early.so (helper_lib.c); run under
  * LD_PRELOAD=libvmapalloc.so.
  *
@@ -364,7 +364,7 @@ static int deepbind(void *arg)
 	       "by the DEEPBIND library: child %s\n",
 	       rel_status_str(st));
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	      "a vmapalloc block freed through a DEEPBIND library's free: %s (reliability.md #5)",
+	      "a vmapalloc block freed through a DEEPBIND library's free: %s (REQUIREMENTS.md #5)",
 	      rel_status_str(st));
 	free(d);
 	dlclose(h);

@@ -23,7 +23,7 @@
 #                               committed past the lowered limit, which is
 #                               the address space in use + 256 MiB: see
 #                               exhaust.c)
-#   headroom EXHAUST LIMIT      exhaust headroom under --as=LIMIT (F2: the
+#   headroom EXHAUST LIMIT      exhaust headroom under --as=LIMIT (#24: the
 #                               arena's regions leave glibc room)
 #   regions EXHAUST             VMAPALLOC_RESERVE=256M under --as=6G: the arena
 #                               adds regions (>= 4) and allocations succeed
@@ -69,7 +69,7 @@ arena_keys() { grep '^FAIL: ' "$1" | grep -E "$ARENA_RE" |
                sed -n 's/^FAIL: \([^:]*:[0-9]*\):.*/\1/p' | sort -u; }
 # Ownership checks a block that glibc served (owns=0): under a finite
 # RLIMIT_AS that is the arena's designed fallback for what it cannot fit and
-# still leave glibc its headroom (F2) -- a 1 GiB-aligned block under 8G, when
+# still leave glibc its headroom (#24) -- a 1 GiB-aligned block under 8G, when
 # the glibc arenas that threads made under load have grown VmSize.
 glibc_served_keys() { grep '^FAIL: ' "$1" | grep 'ownership (owns=0)' |
                       sed -n 's/^FAIL: \([^:]*:[0-9]*\):.*/\1/p' | sort -u; }

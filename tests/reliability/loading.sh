@@ -1,5 +1,5 @@
 #!/bin/sh
-# loading.sh CASE ARGS... — vmapalloc loaded the wrong way (reliability.md
+# loading.sh CASE ARGS... — vmapalloc loaded the wrong way (REQUIREMENTS.md
 # #30, #45): it must work, or degrade with at most one clear line, never crash.
 # VMTEST_LIB names libvmapalloc.so.
 #

@@ -1,6 +1,6 @@
 #!/bin/sh
 # secure.sh SECPROBE — AT_SECURE (setuid) processes ignore every VMAPALLOC_*
-# option and output path (reliability.md #41), black box.
+# option and output path (REQUIREMENTS.md #41), black box.
 #
 # ld.so ignores LD_PRELOAD paths with a slash in a secure process; it preloads
 # a bare name only from a trusted directory and only a library whose file has

@@ -1,5 +1,5 @@
 /*
- * signal.c — a signal storm while the allocator is busy (reliability.md #21).
+ * signal.c — a signal storm while the allocator is busy (REQUIREMENTS.md #21).
  *
  *   signal large|mixed|kill [SECONDS]      default 10 s; watchdog 60 s
  *

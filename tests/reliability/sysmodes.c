@@ -9,7 +9,7 @@
  * commit: rounds of large blocks (64 KiB to 4 MiB, about 100 MiB live, every
  *   page written) allocated and freed.  Strict overcommit ignores
  *   MAP_NORESERVE, so a writable arena reservation would be charged in full
- *   against CommitLimit (it was: 8.4 GiB, F17).  Checks: the blocks are
+ *   against CommitLimit.  Checks: the blocks are
  *   vmapalloc's (its arena exists under strict overcommit), Committed_AS
  *   rises by at most 512 MiB for the first round and does not grow after it.
  * thp: 256 MiB of 4 MiB blocks written, freed; after DELAY_MS x 3 and one

@@ -5,7 +5,7 @@
 # libvmapalloc.so; SYSMODES is tests/reliability/sysmodes.c, which checks.
 #
 #   overcommit   vm.overcommit_memory=2 (strict): alloc/free rounds must not
-#                grow Committed_AS, and the arena must exist (#29, F17)
+#                grow Committed_AS, and the arena must exist (#29)
 #   thp-always   transparent_hugepage/enabled=always: RSS back within
 #                VMAPALLOC_LAZY_MAX after the purge delay (#31)
 #   max-map      vm.max_map_count=4096: vmapalloc keeps what it adds under

@@ -1,5 +1,5 @@
 /*
- * vma.c — vm.max_map_count pressure (reliability.md #14, #27).
+ * vma.c — vm.max_map_count pressure (REQUIREMENTS.md #14, #27).
  *
  *   vma [MARGINS...]      default margins: 0 2 8 64
  *
