@@ -31,14 +31,14 @@ int vmap_malloc_info(int options, FILE *fp);
 
 /* Life cycle. */
 void vmap_init(void);            /* idempotent; every entry point calls it */
-void vmap_init_at_start(void);   /* the library's constructor (see alloc.c) */
+void vmap_init_at_start(void);   /* the library's constructor (see init.c) */
 void vmap_at_exit(void);         /* the destructor: the report */
 /* Around glibc's _Fork (preload/fork.c), which runs no fork handler: the
  * handlers fork() runs, when vmapalloc is initialised. */
 void vmap_fork_hook_prepare(void);
 void vmap_fork_hook_after(bool child);
 /* Not the process's malloc (dlopen, or under a valgrind tool): everything
- * passes to glibc and the kernel (alloc.c go_inert).  Valid after init. */
+ * passes to glibc and the kernel (init.c go_inert).  Valid after init. */
 bool vmap_is_inert(void);
 /* The profile is on (vmap_profile_on set, sequentially consistent): every
  * malloc and free from now on takes the general path, which has the hooks. */

@@ -1,0 +1,116 @@
+/*
+ * alloc_impl.h — what the facade's files share (alloc.c, init.c, fork.c,
+ * foreign.c): the mode state init sets, the entry test every call makes, and
+ * the inline filters for foreign pointers and escape blocks.  Everything
+ * here that the malloc and free paths run is static inline: there is no LTO,
+ * and a call across files would cost every call.
+ */
+#ifndef VMAP_ALLOC_IMPL_H
+#define VMAP_ALLOC_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "backend.h"
+#include "section.h"
+
+#define SMALL_ALIGN 16 /* alignof(max_align_t) */
+
+/* ---- mode state (init.c) -------------------------------------------------- */
+
+/* Sizes 1..vmap_slab_limit go to the builtin backend's slabs (0 = none: the
+ * test `size - 1 < limit` then fails for every size; malloc(0) takes the
+ * general path). */
+extern size_t vmap_slab_limit VMAP_HIDDEN;
+/* BACKEND=auto: the small request count at which a thread switches every
+ * thread to the slabs; 0 = no switch to come (see alloc.c small_malloc). */
+extern uint32_t vmap_auto_after VMAP_HIDDEN;
+/* Set once init is done (by the initialising thread at its end, by any other
+ * thread on its first call after it; a forked child inherits it). */
+extern __thread bool vmap_tls_seen VMAP_HIDDEN;
+
+/* Init, or a thread's first call: out of line, once a thread. */
+void vmap_enter_slow(void) VMAP_HIDDEN;
+/* The switch to the slabs under BACKEND=auto. */
+void vmap_auto_switch(void) VMAP_HIDDEN;
+/* Whether the running glibc is at least major.minor (looked up: rare). */
+bool vmap_glibc_at_least(unsigned major, unsigned minor) VMAP_HIDDEN;
+
+/* One test on every call. */
+static inline void enter(void)
+{
+	if (__builtin_expect(!vmap_tls_seen, 0))
+		vmap_enter_slow();
+}
+
+/* ---- fork handlers (fork.c) ----------------------------------------------- */
+
+void vmap_fork_register(void) VMAP_HIDDEN;
+void vmap_fork_prepare(void) VMAP_HIDDEN;
+void vmap_fork_parent(void) VMAP_HIDDEN;
+void vmap_fork_child(void) VMAP_HIDDEN;
+
+/* ---- foreign pointers and escape blocks (foreign.c) ----------------------- */
+
+#define MAIN_STACK_WINDOW ((uintptr_t)8 << 20)
+#define THREAD_STACK_WINDOW ((uintptr_t)8 << 10)
+/* The program's loaded image, read inline by foreign_kind. */
+extern uintptr_t vmap_exe_lo VMAP_HIDDEN, vmap_exe_len VMAP_HIDDEN;
+
+enum { NOT_FOREIGN, FOREIGN_MISALIGNED, FOREIGN_EXE, FOREIGN_STACK };
+
+void vmap_foreign_init(const struct vmap_load *load) VMAP_HIDDEN;
+int vmap_foreign_kind_slow(uintptr_t a, uintptr_t sp) VMAP_HIDDEN;
+void vmap_foreign(const void *p, int kind, const char *who) VMAP_HIDDEN;
+/* One parked free (len 0) or munmap, done at depth 0 (thread.c). */
+void vmap_drain_one(uintptr_t a, size_t len) VMAP_HIDDEN;
+
+static inline uintptr_t stack_pointer(void)
+{
+	uintptr_t sp;
+#if defined(__x86_64__)
+	__asm__("mov %%rsp, %0" : "=r"(sp));
+#elif defined(__aarch64__)
+	__asm__("mov %0, sp" : "=r"(sp));
+#else
+	sp = (uintptr_t)__builtin_frame_address(0);
+#endif
+	return sp;
+}
+
+/* Which kind of foreign pointer p is, or NOT_FOREIGN (possibly glibc's). */
+static inline int foreign_kind(const void *p)
+{
+	uintptr_t a = (uintptr_t)p, sp = stack_pointer();
+	if (__builtin_expect((a & (SMALL_ALIGN - 1)) || a - vmap_exe_lo < vmap_exe_len ||
+				     a - sp < MAIN_STACK_WINDOW, 0))
+		return vmap_foreign_kind_slow(a, sp);
+	return NOT_FOREIGN;
+}
+
+/* Escape blocks: live at once, across threads.  A handler holds one for the
+ * length of the handler, typically; when the table is full, NULL. */
+struct escape {
+	uintptr_t a;
+	size_t len;
+};
+/* Claimed slots: while 0, which is always but for a handler's blocks, free()
+ * of a pointer outside the arena pays one load for the table. */
+extern unsigned vmap_escape_live VMAP_HIDDEN;
+
+void *vmap_escape_alloc(size_t size, size_t align) VMAP_HIDDEN;
+struct escape *vmap_escape_find(const void *p) VMAP_HIDDEN;
+/* Frees p if it is an escape block; whether it was. */
+bool vmap_free_escape(void *p) VMAP_HIDDEN;
+
+/* The escape block p, or NULL (p is glibc's): one load while there are none. */
+static inline struct escape *escape_of(const void *p)
+{
+	if (__builtin_expect(__atomic_load_n(&vmap_escape_live, __ATOMIC_RELAXED) == 0, 1))
+		return NULL;
+	return vmap_escape_find(p);
+}
+
+#endif

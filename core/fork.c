@@ -1,0 +1,83 @@
+/*
+ * fork.c — the allocator's fork handlers: registered at init (so that they
+ * run last among prepare handlers and first after fork), they take the purge
+ * lock, every shard lock, then the global lock — the rank order of lock.h.
+ * Not when no second thread ever called in (nobody else can hold them; glibc
+ * skips its own malloc locks then too) or when fork() comes from a signal
+ * handler that interrupted this thread inside the range allocator (it holds
+ * them itself).  From prepare to parent/child the forking thread counts as
+ * re-entered, so that fork handlers which run inside that window may
+ * allocate (see "re-entry").
+ */
+#include "alloc_impl.h"
+
+#include <gnu/lib-names.h>
+
+#include "fmt.h"
+#include "lock.h"
+#include "range.h"
+#include "stats.h"
+#include "thread.h"
+
+/*
+ * glibc's __register_atfork (what pthread_atfork, from libc_nonshared.a,
+ * calls) looked up by init rather than imported: an import cost every
+ * process, allocating or not, a symbol look-up and a version (GLIBC_2.3.2)
+ * check at load.  No DSO handle: the library is never unloaded
+ * (-z nodelete), so the handlers need no unregistering.
+ */
+void vmap_fork_register(void)
+{
+	int (*reg)(void (*)(void), void (*)(void), void (*)(void), void *) =
+		(__typeof__(reg))vmap_elf_symbol(LIBC_SO, "__register_atfork");
+	if (!reg || reg(vmap_fork_prepare, vmap_fork_parent, vmap_fork_child, NULL) != 0)
+		vmap_say("cannot register fork handlers (glibc's __register_atfork): ",
+			 "a child forked while another thread allocates may hang", NULL);
+}
+
+/* Whether vmap_fork_prepare took the locks, read by the parent/child ones on
+ * the same thread: per thread, since glibc runs the handlers of two forking
+ * threads concurrently (the second waits in prepare for our locks). */
+static __thread bool fork_locked;
+
+void vmap_fork_prepare(void)
+{
+	/* Single-threaded: nobody else can hold a lock, and this thread holds
+	 * some when fork() comes from a signal handler that interrupted it in
+	 * the allocator (tst-mallocfork): taking them would wait for ever.
+	 * Re-entered with other threads: the interrupted code holds locks we
+	 * cannot name; taking none leaves the child those the other threads
+	 * hold — glibc's own malloc has the same limit there. */
+	vmap_stats_fork_prepare();
+	fork_locked = __atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED) && !vmap_reentered();
+	/* From here to fork_parent/fork_child this thread counts as re-entered:
+	 * the prepare handlers registered before ours run after it, and the
+	 * parent/child ones registered before ours run before them; when they
+	 * allocate they get escape blocks or glibc's, and their frees wait. */
+	vmap_depth_enter();
+	if (!fork_locked)
+		return;
+	/* Another thread setting up the arena finishes first (the child could
+	 * not: it would wait for it forever). */
+	vmap_range_setup_wait();
+	vmap_locks_fork_prepare();
+}
+
+void vmap_fork_parent(void)
+{
+	if (fork_locked) {
+		vmap_locks_fork_parent();
+	}
+	vmap_depth_leave();
+}
+
+void vmap_fork_child(void)
+{
+	/* Not taken: free already, or held by the interrupted code of this very
+	 * thread, which releases them when the handler returns. */
+	if (fork_locked) {
+		vmap_locks_fork_child();
+	}
+	vmap_stats_fork_child(); /* the child's report is labelled with its parent */
+	vmap_depth_leave();
+}

@@ -1,0 +1,368 @@
+/*
+ * init.c — start-up and mode state: the init state machine (run once, on the
+ * first call from any entry point, re-entrant on the initialising thread),
+ * inert mode, the per-thread "seen" flag that detects the second thread (the
+ * counter switch and the thread-exit key), the switch to the slabs, the gate
+ * of the _Fork hooks and the exit report.
+ *
+ * Invariants: a call made during init on the initialising thread goes to
+ * glibc; nothing in init calls malloc, stdio, getenv or dlsym.  The order in
+ * init_slow is part of the contract: the drain hook, re-entry, the load walk,
+ * inert mode, options, slabs, counters, stats, profile, fork handlers, then
+ * the flag and INIT_DONE.
+ */
+#include "alloc_impl.h"
+
+#include <pthread.h>
+#include <gnu/lib-names.h>
+#include <sys/auxv.h>
+
+#include "cache.h"
+#include "counter.h"
+#include "fast.h"
+#include "fmt.h"
+#include "options.h"
+#include "os.h"
+#include "profile.h"
+#include "range.h"
+#include "slab.h"
+#include "stats.h"
+
+extern char **environ;
+
+size_t vmap_slab_limit VMAP_HOT; /* alloc_impl.h */
+size_t vmap_fast_limit VMAP_HOT; /* fast.h */
+uint32_t vmap_auto_after VMAP_HOT; /* alloc_impl.h */
+/* Requests above this size are large (the arena's): SMALL_MAX, but with
+ * BACKEND=auto, as long as no arena is set up, at least glibc's first mmap
+ * threshold (128 KiB): a short process whose blocks glibc would keep in its
+ * heap sets up no arena at all (bench/tiny.c: 14 blocks of 64-128 KiB).  The
+ * first larger block (or served mmap, or the switch to the slabs) sets the
+ * arena up, and from then on blocks over SMALL_MAX go there.  Not with
+ * GUARD=1, which wants every block over SMALL_MAX guarded. */
+#define AUTO_LARGE_ABOVE ((size_t)128 << 10)
+
+enum { INIT_NONE, INIT_BUSY, INIT_DONE };
+static int vmap_init_state VMAP_HOT;
+static __thread bool vmap_tls_in_init;
+__thread bool vmap_tls_seen; /* alloc_impl.h */
+static pthread_key_t vmap_thread_key;
+static bool vmap_thread_key_ok;
+
+/* pthread key destructor: the thread's last chance to give back what it holds.
+ * glibc may still call free() after this; those frees bypass the cache. */
+static void thread_exit(void *arg)
+{
+	(void)arg;
+	vmap_counter_thread_exit();
+	vmap_depth_enter();
+	vmap_slab_thread_exit();
+	vmap_cache_thread_exit();
+	vmap_profile_thread_exit();
+	vmap_depth_leave(); /* and the frees a handler left in the slots */
+}
+
+/* ---- init -------------------------------------------------------------- */
+
+static char env_buf[65536];
+static char *env_ptrs[1024];
+
+/* environ is not set yet when ld.so itself allocates: read the kernel's copy. */
+static char **env_from_proc(void)
+{
+	long n = vmap_os_read_file("/proc/self/environ", env_buf, sizeof env_buf);
+	if (n < 0)
+		return NULL;
+	size_t k = 0;
+	for (long i = 0; i < n && k < 1023; i++) {
+		if (i == 0 || env_buf[i - 1] == '\0')
+			env_ptrs[k++] = &env_buf[i];
+	}
+	env_ptrs[k] = NULL;
+	return env_ptrs;
+}
+
+bool vmap_glibc_at_least(unsigned major, unsigned minor)
+{
+	/* A static string: no allocation.  Looked up, not imported (asked only
+	 * for odd alignments; an import costs every process a look-up). */
+	const char *(*version)(void) = (const char *(*)(void))vmap_elf_symbol(LIBC_SO,
+									      "gnu_get_libc_version");
+	const char *v = version ? version() : "0";
+	unsigned a = 0, b = 0;
+	while (*v >= '0' && *v <= '9')
+		a = a * 10 + (unsigned)(*v++ - '0');
+	if (*v == '.')
+		v++;
+	while (*v >= '0' && *v <= '9')
+		b = b * 10 + (unsigned)(*v++ - '0');
+	return a > major || (a == major && b >= minor);
+}
+
+/*
+ * Not the process's malloc: loaded after libc.so.6 (a dlopen, or linked after
+ * it), so the program's malloc and mmap are bound to libc's; or under a valgrind tool that redirects every malloc it finds,
+ * ours included (memcheck, helgrind, drd, massif, dhat).  Everything that only
+ * makes sense for the process's malloc stays off: no options read, no arena
+ * (the range allocator counts as refused: large requests and mmap go to
+ * glibc and the kernel), no slabs, no fork handlers, no report.  The
+ * exported functions still work when called directly, by passing to glibc,
+ * whose blocks they are.  One line says so, as every other condition line,
+ * also under AT_SECURE (glibc opens fds 0-2 on /dev/null for such processes
+ * when they are closed, so the line cannot land in a file the program opened).
+ */
+static bool vmap_inert;
+
+__attribute__((noinline, cold)) static void go_inert(const struct vmap_load *load)
+{
+	vmap_inert = true;
+	vmap_options_parse(NULL, false); /* the defaults, which ask for no output */
+	vmap_range_refuse();
+	if (load->valgrind)
+		vmap_say("valgrind's ", load->valgrind,
+			 " replaces malloc (vmapalloc's too): vmapalloc is off (no arena, no "
+			 "statistics, options ignored; mmap goes to the kernel)");
+	else
+		vmap_say("loaded after libc.so.6 (by dlopen?): the program's malloc and mmap are "
+			 "not vmapalloc's, so it is off (no arena, no statistics, options ignored; "
+			 "its own functions pass to glibc)", NULL, NULL);
+}
+
+bool vmap_is_inert(void)
+{
+	return vmap_inert;
+}
+
+/* No VMAPALLOC_* variable in the environment at start (vmap_init_at_start):
+ * the options are the defaults, whatever environ holds at the first call. */
+static bool vmap_env_quiet VMAP_HOT;
+
+/*
+ * VMAPALLOC_BACKEND=auto: small requests go to glibc until one thread has made
+ * AUTO_AFTER of them, then to the builtin slabs, for every thread.  A short
+ * process (a shell command, a compiler pass) never sets slabs up: it pays
+ * neither their page faults nor the arena (bench/startup.py); a process that
+ * allocates a lot gets the slabs.  Blocks glibc handed out before the switch
+ * are freed by glibc: free() tells them apart by address.  Also the switch
+ * BACKEND=builtin makes at init.
+ */
+static void slab_switch_on(void)
+{
+	static bool done;
+	if (__atomic_exchange_n(&done, true, __ATOMIC_ACQ_REL))
+		return;
+	vmap_slab_init();
+	size_t limit = vmap_opt.small_max < VMAP_SLAB_MAX ? vmap_opt.small_max : VMAP_SLAB_MAX;
+	__atomic_store_n(&vmap_slab_limit, limit, __ATOMIC_RELEASE);
+	/* Then the fast path's, unless the profile came on meanwhile: either
+	 * this load sees it, or vmap_fast_paths_off's store comes later. */
+	__atomic_store_n(&vmap_fast_limit, limit, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&vmap_profile_on, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&vmap_fast_limit, 0, __ATOMIC_SEQ_CST);
+}
+
+void vmap_fast_paths_off(void)
+{
+	__atomic_store_n(&vmap_fast_limit, 0, __ATOMIC_SEQ_CST);
+	vmap_range_fast_free_off();
+}
+
+__attribute__((noinline, cold)) void vmap_auto_switch(void)
+{
+	__atomic_store_n(&vmap_auto_after, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
+	slab_switch_on();
+}
+
+__attribute__((noinline, cold)) static void init_slow(void)
+{
+	vmap_thread_hooks.drain = vmap_drain_one;
+	if (vmap_tls_in_init)
+		return;
+	int expected = INIT_NONE;
+	if (!__atomic_compare_exchange_n(&vmap_init_state, &expected, INIT_BUSY, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		while (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
+			vmap_os_yield();
+		return;
+	}
+	vmap_tls_in_init = true;
+	struct vmap_load load;
+	if (vmap_backend_init(&load) != 0)
+		vmap_os_exit(127);
+	vmap_foreign_init(&load);
+	if (!load.self_index || load.valgrind) {
+		go_inert(&load);
+		vmap_tls_seen = true;
+		__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
+		vmap_tls_in_init = false;
+		return;
+	}
+	if (load.asan)
+		vmap_say(load.asan, " (AddressSanitizer) is loaded after vmapalloc: malloc is "
+			 "vmapalloc's, so ASan does not check heap blocks (run ASan programs "
+			 "without vmapalloc)", NULL);
+	if (vmap_env_quiet) {
+		vmap_options_parse(NULL, false); /* none at start (vmap_init_at_start) */
+	} else {
+		bool secure = getauxval(AT_SECURE) != 0;
+		vmap_options_parse(environ ? environ : env_from_proc(), secure);
+	}
+	if (vmap_opt.help) {
+		vmap_options_print(1, false);
+		vmap_os_exit(0);
+	}
+	/* The CPU count (the counters' slots and batch) is asked for when the
+	 * counters go per-CPU or the arena is set up, and the thread-exit key is
+	 * made by the second thread: neither is of use to a single-threaded
+	 * process making small allocations (a system call and libc's key table
+	 * page fewer in every process). */
+	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN) {
+		slab_switch_on(); /* its slabs come from the arena, set up with the first */
+		/* glibc sets its allocator up on its first call, unlocked: it counts
+		 * on that call coming before any second thread, which here, with
+		 * every small request served by the slabs, need not be so (threads
+		 * racing first calls to mallinfo2, malloc_trim, mallopt: a crash in
+		 * int_mallinfo or "a->attached_threads > 0", api-lazy_libc-builtin).
+		 * One call now, while init holds the others. */
+		(void)vmap_libc.mallinfo2();
+	}
+	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
+		vmap_auto_after = (uint32_t)vmap_opt.auto_after;
+	vmap_large_above = vmap_opt.small_max;
+	if (vmap_auto_after && !vmap_opt.guard && vmap_large_above < AUTO_LARGE_ABOVE)
+		vmap_large_above = AUTO_LARGE_ABOVE; /* (GUARD=1 wants every block over SMALL_MAX guarded) */
+	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
+		vmap_counter_go_percpu();
+	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
+	if (vmap_profile_init())
+		vmap_fast_paths_off();
+	if (vmap_opt.verbose)
+		vmap_options_print(2, true);
+	vmap_fork_register();
+	vmap_tls_seen = true;
+	__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
+	vmap_tls_in_init = false;
+}
+
+/* The key whose destructor runs thread_exit, made once, by the first thread
+ * other than the initial one (only those set a value).  Racers wait for the
+ * winner: their value must go to a key that exists. */
+static int vmap_thread_key_state; /* 0 none, 1 being made, 2 made (ok or not) */
+/* Looked up by the maker, not imported: two symbol look-ups and a version
+ * check fewer at load in every process. */
+static int (*vmap_setspecific)(pthread_key_t, const void *);
+
+static void thread_key_make(void)
+{
+	int expected = 0;
+	if (__atomic_compare_exchange_n(&vmap_thread_key_state, &expected, 1, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		int (*key_create)(pthread_key_t *, void (*)(void *)) =
+			(__typeof__(key_create))vmap_elf_symbol(LIBC_SO, "pthread_key_create");
+		vmap_setspecific = (__typeof__(vmap_setspecific))vmap_elf_symbol(LIBC_SO,
+										"pthread_setspecific");
+		vmap_thread_key_ok = key_create && vmap_setspecific &&
+				     key_create(&vmap_thread_key, thread_exit) == 0;
+		__atomic_store_n(&vmap_thread_key_state, 2, __ATOMIC_RELEASE);
+		return;
+	}
+	while (__atomic_load_n(&vmap_thread_key_state, __ATOMIC_ACQUIRE) != 2)
+		vmap_os_yield();
+}
+
+/* First call on a thread other than the first: switch counters to per-CPU. */
+__attribute__((noinline, cold)) static void thread_first_call(void)
+{
+	/* The initialising thread set its flag at init, and a forked child's
+	 * thread inherits it: any thread getting here is another thread (no
+	 * gettid/getpid pair needed: two system calls a thread fewer). */
+	vmap_tls_seen = true;
+	__atomic_store_n(&vmap_threads_seen, true, __ATOMIC_RELAXED); /* every new thread: same value */
+	if (vmap_opt.counter != VMAP_COUNTER_ATOMIC)
+		vmap_counter_go_percpu();
+	/* A non-NULL value makes the key's destructor run at thread exit;
+	 * setting it may allocate (keys >= 32), which is safe: seen is set. */
+	thread_key_make();
+	if (vmap_thread_key_ok)
+		vmap_setspecific(vmap_thread_key, (void *)1);
+}
+
+/* A thread's flag is set only once init is done (by the initialising thread
+ * at its end, by any other thread on its first call after it; a forked child
+ * inherits it): one test on every call (enter, alloc_impl.h). */
+__attribute__((noinline, cold)) void vmap_enter_slow(void)
+{
+	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
+		init_slow();
+	else
+		thread_first_call();
+}
+
+void vmap_init(void)
+{
+	enter();
+}
+
+/*
+ * The library's constructor, for the processes whose first call comes later
+ * or never (/bin/true allocates nothing).  What it must do at start: check
+ * the options (a bad VMAPALLOC_* value gets its line, HELP its answer, STATS
+ * its start time and destination) and say the conditions that turn
+ * vmapalloc off or make it unsafe (loaded after libc, a valgrind tool, ASan
+ * after us) -- all of which init does.  Without any VMAPALLOC_* variable and
+ * with none of those conditions, nothing of that has anything to say, so init
+ * waits for the first call, as it does in every process that allocates
+ * before this constructor runs: a process that never calls pays no init
+ * (no system call for the start time, no page faults for pthread_atfork's
+ * table).  What moves with it: the fork handlers are registered at the first
+ * call (registered later than some other handler, ours run before it in
+ * prepare; fork.c's re-entry window covers handlers on either side), the
+ * report's "after start" counts from the first call, and the options are
+ * the defaults even if environ gains a VMAPALLOC_* variable before it
+ * (vmap_env_quiet): read at start, as before.  The walk to libc (no system
+ * call) runs here and is kept for init.
+ */
+VMAP_START_TEXT void vmap_init_at_start(void)
+{
+	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) == INIT_NONE && environ) {
+		struct vmap_load load;
+		vmap_backend_walk(&load);
+		if (load.libc_found && load.self_index && !load.valgrind && !load.asan &&
+		    !vmap_options_in_env(environ)) {
+			vmap_env_quiet = true;
+			return;
+		}
+	}
+	vmap_init();
+}
+
+/* _Fork() runs no fork handler (preload/fork.c): the same three (fork.c)
+ * around glibc's, so that its child gets the allocator's locks free and its
+ * state consistent, as after fork().  Before init no handler is registered
+ * and there is nothing to lock; the test of init is here, with its state. */
+static __thread bool fork_hooked;
+
+void vmap_fork_hook_prepare(void)
+{
+	fork_hooked = __atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) == INIT_DONE;
+	if (fork_hooked)
+		vmap_fork_prepare();
+}
+
+void vmap_fork_hook_after(bool child)
+{
+	if (!fork_hooked)
+		return;
+	if (child)
+		vmap_fork_child();
+	else
+		vmap_fork_parent();
+}
+
+VMAP_START_TEXT void vmap_at_exit(void)
+{
+	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
+		return;
+	vmap_stats_at_exit(); /* if VMAPALLOC_STATS or VMAPALLOC_PROFILE is set */
+}
