@@ -353,8 +353,9 @@ int main(int argc, char **argv)
 	}
 	/* RSS back after the peak: with every block freed and malloc_trim done,
 	 * what stays resident is the program and the allocators' bookkeeping,
-	 * not the blocks (reliability.md #23): at most 64 MiB or 1/32 of the
-	 * peak (F15 left 4-8% in zero pages of split huge pages). */
+	 * not the blocks (tests/reliability/REQUIREMENTS.md #23): at most
+	 * 64 MiB or 1/32 of the peak (zero pages of split huge pages are
+	 * what would stay otherwise). */
 	unsigned long rss = status_kib("VmRSS:"), hwm = status_kib("VmHWM:");
 	if (counter_get && rss > 65536 && rss > hwm / 32) {
 		fprintf(stderr, "FAIL: VmRSS %lu KiB after every block was freed and trimmed "

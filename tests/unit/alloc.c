@@ -601,7 +601,7 @@ Test(alloc, a_big_block_freed_and_allocated_again_is_not_purged_each_time)
 	cr_assert_leq(purges, 2, "%lld purges in 24 cycles of one 64 MiB block", (long long)purges);
 }
 
-/* reliability.md #4: a pointer that cannot be glibc's (on this stack, in the
+/* REQUIREMENTS.md #4 (tests/reliability): a pointer that cannot be glibc's (on this stack, in the
  * program's image, misaligned) is left alone and counted; glibc's blocks of
  * every kind still go to glibc (they come back, and are not counted). */
 static _Alignas(16) char static_block[64];
