@@ -34,10 +34,9 @@
 #include "range_impl.h"
 
 struct vmap_slab_index vmap_slab0 VMAP_HOT;
-int vmap_protected_runs; /* lazily unmapped runs (each may split the arena VMA) */
-/* VMAs realloc moves may have left: four a move (two each side),
- * counted per chunk too, and taken off when a chunk goes back to the arena
- * mapped afresh (vmap_chunks_give_back_locked); at most vmap_vma_budget() / 2. */
+int vmap_protected_runs; /* free runs filed PROTECTED (runs.c): each may split the arena VMA */
+/* VMAs the live moved areas (VMAP_TAG_MOVED) add: two each, taken off when
+ * the area is freed and mapped afresh (move.c). */
 uint64_t vmap_moves;
 bool vmap_moves_refused; /* the kernel refused MREMAP_DONTUNMAP */
 struct vmap_shard *vmap_shards;
@@ -79,9 +78,7 @@ int vmap_region_add(size_t want, size_t at_least)
 	size_t pages = size >> VMAP_PAGE_SHIFT;
 	size_t pt_bytes = (pages * sizeof(struct vmap_pte) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	size_t nchunks = size >> VMAP_CHUNK_SHIFT;
-	/* Chunk owners, then the moves counted per chunk. */
-	size_t owner_bytes = (nchunks * (sizeof(uint16_t) + sizeof(uint32_t)) + VMAP_PAGE - 1) &
-			     ~(VMAP_PAGE - 1);
+	size_t owner_bytes = (nchunks * sizeof(uint16_t) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	/* Page table read-only but for the chunk owners: a claimed chunk's
 	 * slice is made writable at the claim (commit_chunks). */
 	void *pt = vmap_os_mmap(NULL, pt_bytes + owner_bytes, PROT_READ,
@@ -99,8 +96,7 @@ int vmap_region_add(size_t want, size_t at_least)
 	r->base = (uintptr_t)base;
 	r->size = size;
 	r->pt = pt;
-	r->chunk_moves = (uint32_t *)((char *)pt + pt_bytes);
-	r->chunk_owner = (uint16_t *)(r->chunk_moves + nchunks);
+	r->chunk_owner = (uint16_t *)((char *)pt + pt_bytes);
 	r->nchunks = nchunks;
 	r->pt_bytes = pt_bytes;
 	r->owner_bytes = owner_bytes;
@@ -128,14 +124,19 @@ uint64_t vmap_proc_vsize(void)
 }
 
 /*
- * The VMAs vmapalloc may add of its own (reliability.md #28: far below half
- * of vm.max_map_count, whatever the administrator set it to): a quarter of
- * the limit, read once at the first use (three system calls); the kernel's
- * default, 65530, if it cannot be read.  The VMAs realloc moves leave get
- * half of it (8191 at the default: see vmap_moves); the pieces of served mappings the program unmapped and vmapalloc
- * keeps PROT_NONE for reuse (mmap.c), two VMAs each at most, a thirty-second
- * in pieces (511).
+ * The VMAs vmapalloc may add to the few its arena and tables take (the
+ * arena, its tables, the THP-advised chunks): pages it moved with mremap
+ * and pages the program unmapped that it keeps PROT_NONE for reuse each cut
+ * the arena's VMA in up to three.  A program under glibc has a few dozen
+ * mappings; one under vmapalloc should not have many more, since every fork
+ * copies them and every page fault searches them.  VMAP_SPLIT_BUDGET, or a
+ * quarter of vm.max_map_count if that is less (reliability.md #28: far below
+ * half of it, whatever the administrator set it to); read once at the first
+ * use (three system calls), the kernel's default, 65530, if it cannot be
+ * read.  Moves get two thirds of it (move.c), lazily unmapped pieces the
+ * rest (mmap.c); past it, realloc copies and munmap drops the pages.
  */
+#define VMAP_SPLIT_BUDGET 48
 uint64_t vmap_vma_budget(void)
 {
 	static uint64_t budget;
@@ -143,6 +144,7 @@ uint64_t vmap_vma_budget(void)
 	if (!b) {
 		uint64_t max = vmap_os_read_number("/proc/sys/vm/max_map_count");
 		b = (max ? max : 65530) / 4;
+		b = b < VMAP_SPLIT_BUDGET ? b : VMAP_SPLIT_BUDGET;
 		b = b ? b : 1;
 		__atomic_store_n(&budget, b, __ATOMIC_RELAXED);
 	}
@@ -330,9 +332,6 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	 * their table slices as many again); strict
 	 * overcommit keeps charging them, as the kernel would after a claim.
 	 * That takes with them
-	 *  - the VMAs realloc moves left there: the new mapping has the page
-	 *    offset the arena had, so it merges with the arena around it, and
-	 *    the moves it ends no longer count against the VMA budget;
 	 *  - pages still resident in zero runs: a 2 MiB page a block faulted
 	 *    in reaches into them, and purging the block splits it and frees
 	 *    only the block's range;
@@ -371,16 +370,29 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
 	for (uintptr_t c = cs; c < ce; c += VMAP_CHUNK) {
 		size_t i = (c - r->base) >> VMAP_CHUNK_SHIFT;
-		if (remapped)
-			__atomic_sub_fetch(&vmap_moves,
-					   __atomic_exchange_n(&r->chunk_moves[i], 0, __ATOMIC_RELAXED),
-					   __ATOMIC_RELAXED);
 		__atomic_store_n(&r->chunk_owner[i], (uint16_t)(big && !remapped ? VMAP_CHUNK_WAS_BIG : 0),
 				 __ATOMIC_RELEASE);
 	}
 	unclaimed_add(s->id, (int64_t)(ce - cs));
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_returned, (int64_t)((ce - cs) >> VMAP_CHUNK_SHIFT));
+}
+
+void vmap_arena_advise(uintptr_t a, size_t len)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	if (r && vmap_opt.hugepage &&
+	    (__atomic_load_n(&r->chunk_owner[(a - r->base) >> VMAP_CHUNK_SHIFT], __ATOMIC_RELAXED) &
+	     0x8000u))
+		vmap_os_madvise((void *)a, len, MADV_HUGEPAGE);
+}
+
+int vmap_map_fresh_arena(uintptr_t a, size_t len)
+{
+	int rc = vmap_os_map_fresh((void *)a, len);
+	if (!rc)
+		vmap_arena_advise(a, len);
+	return rc;
 }
 
 bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s)

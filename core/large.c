@@ -328,7 +328,7 @@ void vmap_range_free(void *p, const char *who)
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
 	bool to_runs = pages > vmap_pool_exact ||
 		       (!vmap_guard_on && beside_resident_run(r, e, (uintptr_t)p, pages, t));
-	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && !to_runs &&
+	if (__builtin_expect(!(t & (VMAP_TAG_ATTR | VMAP_TAG_MOVED)), 1) && !to_runs &&
 	    vmap_cache_push(owner, (uintptr_t)p, pages)) {
 		/* In this thread's cache: outside the purge's reach and budget; no
 		 * CPU number, clock or lock needed.  The age purge is looked at on
@@ -342,11 +342,15 @@ void vmap_range_free(void *p, const char *who)
 	unsigned cpu;
 	vmap_shard_here(&cpu);
 	uint64_t now = vmap_os_now_ns();
-	if (__builtin_expect(t & VMAP_TAG_ATTR, 0)) {
+	if (__builtin_expect(t & (VMAP_TAG_ATTR | VMAP_TAG_MOVED), 0)) {
 		/* The program changed this block's protection or advice (a guard
-		 * page under a thread stack, MADV_DONTFORK...): a fresh mapping over
-		 * it restores plain read-write memory, zero-filled. */
-		if (!vmap_os_map_fresh(p, (size_t)bytes)) {
+		 * page under a thread stack, MADV_DONTFORK...), or its pages were
+		 * moved there and sit in a VMA of their own (move.c): a fresh
+		 * mapping over it restores plain read-write memory, zero-filled,
+		 * merged with the arena's VMA around it. */
+		if (!vmap_map_fresh_arena((uintptr_t)p, (size_t)bytes)) {
+			if (t & VMAP_TAG_MOVED)
+				vmap_moves_count(-1);
 			vmap_shard_lock(owner);
 			vmap_chunks_give_back_locked(
 				owner, vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
@@ -356,8 +360,10 @@ void vmap_range_free(void *p, const char *who)
 			return;
 		}
 		/* Could not reset it: keep it out of circulation rather than hand
-		 * out memory with the wrong protection (counted as still in use). */
-		return;
+		 * out memory with the wrong protection (counted as still in use).
+		 * A moved block is only a VMA more: freed as any other. */
+		if (t & VMAP_TAG_ATTR)
+			return;
 	}
 	if (to_runs) {
 		/* Larger areas (and those beside a resident run) become a
@@ -409,6 +415,8 @@ bool vmap_range_resize(void *p, size_t size)
 	bool big = t & VMAP_TAG_BIG;
 	if (!big && vmap_opt.hugepage && (want - 1) << VMAP_PAGE_SHIFT >= vmap_opt.hugepage_min)
 		return false; /* growing into the big kind: move to a THP-friendly chunk */
+	if (t & VMAP_TAG_MOVED)
+		return false; /* moved again instead: one VMA, where growing would make two (move.c) */
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
 	uintptr_t end = (uintptr_t)p + (pages << VMAP_PAGE_SHIFT);
 	struct vmap_region *r = vmap_region_of((uintptr_t)p);
@@ -435,7 +443,8 @@ bool vmap_range_resize(void *p, size_t size)
 			if (rs == VMAP_RUN_DIRTY || rs == VMAP_RUN_PROTECTED)
 				vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes,
 						  -(int64_t)(extra << VMAP_PAGE_SHIFT));
-			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
+			__atomic_store_n(&e->tag,
+					 vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
 					 __ATOMIC_RELEASE);
 			done = true;
 			int64_t grown = (int64_t)(extra << VMAP_PAGE_SHIFT);

@@ -79,7 +79,7 @@ static int make_unmapped(uintptr_t a, uintptr_t e, bool attr)
 	size_t len = e - a;
 	if (attr) {
 		/* Reset protection/advice/locking with a fresh mapping first. */
-		int rc = vmap_os_map_fresh((void *)a, len);
+		int rc = vmap_map_fresh_arena(a, len);
 		if (rc)
 			return rc;
 	}
@@ -105,34 +105,47 @@ static int make_unmapped(uintptr_t a, uintptr_t e, bool attr)
 	return vmap_os_mprotect((void *)a, len, PROT_NONE);
 }
 
-/* At most vmap_vma_budget() / 32 lazily unmapped runs (511 of the default
- * 65530): each may cost the arena VMA two splits. */
+/* Lazily unmapped runs (free runs filed PROTECTED, counted by runs.c): at
+ * most a sixth of vmap_vma_budget() (8 of the default 48), each may cut the
+ * arena's VMA in three.  Read without a lock: threads unmapping at once may
+ * pass it by one each. */
+static bool lazy_unmap_fits(void)
+{
+	return __atomic_load_n(&vmap_protected_runs, __ATOMIC_RELAXED) < (int)(vmap_vma_budget() / 6);
+}
 
 /* Cuts [a, e) out of the served mapping p (shard lock not held).  Lazily
  * when it can: PROT_NONE keeps the pages resident for the next mmap (one
  * mprotect and a memset instead of a page fault per page), within the cache
- * budget; otherwise guard markers drop them. */
+ * budget and the VMA budget; otherwise guard markers drop them.  Pages of a
+ * moved area (VMAP_TAG_MOVED) are mapped afresh first, which merges them
+ * back into the arena's VMA (move.c). */
 int vmap_cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e)
 {
 	uint64_t t = p->tag;
 	unsigned state = VMAP_RUN_GUARDED;
+	bool reset = t & (VMAP_TAG_ATTR | VMAP_TAG_MOVED);
 	int rc = -1;
-	if (!(t & VMAP_TAG_ATTR) && e - a <= vmap_lazy_max / 4 &&
-	    __atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED) <= (int)(vmap_vma_budget() / 32)) {
+	if (!reset && e - a <= vmap_lazy_max / 4 && lazy_unmap_fits()) {
 		rc = vmap_os_mprotect((void *)a, e - a, PROT_NONE);
 		if (rc == 0)
 			state = VMAP_RUN_PROTECTED;
 	}
 	if (rc) {
-		if (!(t & VMAP_TAG_ATTR) && e - a <= vmap_lazy_max / 4)
-			__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
-		rc = make_unmapped(a, e, t & VMAP_TAG_ATTR);
+		rc = make_unmapped(a, e, reset);
 		if (rc)
 			return rc;
 	}
+	if (t & VMAP_TAG_MOVED) {
+		/* The whole area gone: its VMA with it; a piece cut from the
+		 * middle: one moved VMA more. */
+		bool left = a > p->head, right = e < p->end;
+		if (left == right)
+			vmap_moves_count(left ? 1 : -1);
+	}
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
 	bool big = t & VMAP_TAG_BIG;
-	uint64_t keep = t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR);
+	uint64_t keep = t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR | VMAP_TAG_MOVED);
 	vmap_shard_lock(s);
 	struct vmap_pte *h = vmap_pte_of(r, p->head);
 	uint64_t left = (a - p->head) >> VMAP_PAGE_SHIFT, right = (p->end - e) >> VMAP_PAGE_SHIFT;

@@ -1,7 +1,6 @@
 /*
  * move.c — realloc by moving pages (mremap) instead of copying them, the
- * undo of a move that failed part way, and the budget of VMAs moves may
- * leave behind.
+ * undo of a move that failed part way, and the VMAs moved areas add.
  */
 #include "range_impl.h"
 
@@ -21,6 +20,7 @@
  * stay in q, which the caller must then keep).
  */
 #define UNDO_PAGES 256 /* pages per mincore call */
+#define MOVE_MIN_PAGES 64 /* 256 KiB: smaller areas are copied */
 #define UNDO_HOLE 2    /* vec mark: not mapped */
 
 static void undo_residency(uintptr_t a, size_t n, unsigned char *vec)
@@ -102,27 +102,44 @@ static void retire_destination(void *q)
 			  -(int64_t)((vmap_tag_pages(qt) - 1) << VMAP_PAGE_SHIFT));
 }
 
-/* The VMAs a move left in a's chunk (see vmap_moves): up to two more on
- * each side (the source's VMA split around the range it keeps; the moved
- * VMA and the split of the one it landed in). */
-static void count_move(uintptr_t a)
-{
-	struct vmap_region *r = vmap_region_of(a);
-	if (r)
-		__atomic_add_fetch(&r->chunk_moves[(a - r->base) >> VMAP_CHUNK_SHIFT], 2,
-				   __ATOMIC_RELAXED);
-	__atomic_add_fetch(&vmap_moves, 2, __ATOMIC_RELAXED);
-}
-
+/*
+ * The VMAs moves leave.  Pages mremap moves keep their old page offset, so
+ * the kernel cannot merge them with the arena's VMA around their new place:
+ * each moved area is a VMA of its own, cutting the one it landed in (two
+ * more).  Its old range, mapped again at once, merges back.  So every live
+ * moved area (VMAP_TAG_MOVED) counts two in vmap_moves, and gives them back
+ * when it is freed: a fresh mapping over it (vmap_moved_heal) has the
+ * arena's offsets and merges with its neighbours.  Moves stop at two thirds
+ * of the VMA budget (arena.c): past it, realloc copies.
+ */
 bool vmap_moves_allowed(void)
 {
-	return __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) + 4 <= vmap_vma_budget() / 2;
+	return __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) + 2 <= vmap_vma_budget() / 3 * 2;
 }
 
-void vmap_moves_count(uintptr_t from, uintptr_t to)
+void vmap_moves_count(int64_t areas)
 {
-	count_move(from);
-	count_move(to);
+	__atomic_add_fetch(&vmap_moves, (uint64_t)(2 * areas), __ATOMIC_RELAXED);
+}
+
+int vmap_moved_heal(uintptr_t a, size_t len, bool whole)
+{
+	int rc = vmap_map_fresh_arena(a, len);
+	if (!rc && whole)
+		vmap_moves_count(-1);
+	return rc;
+}
+
+/* Retires [a, a+len), arena pages a moved area left and that could not be
+ * mapped again (another mapping took the hole, or the VMA limit): foreign,
+ * out of circulation, ours again if the program ever munmaps them. */
+static void retire_hole(struct vmap_shard *s, uintptr_t a, uint64_t pages, bool big)
+{
+	vmap_shard_lock(s);
+	__atomic_store_n(&vmap_pte_of(vmap_region_of(a), a)->tag,
+			 vmap_tag_make(VMAP_ST_FOREIGN, s->id, pages, big ? VMAP_TAG_BIG : 0),
+			 __ATOMIC_RELEASE);
+	vmap_shard_unlock(s);
 }
 
 void *vmap_range_move(void *p, size_t size, bool *moved)
@@ -136,62 +153,71 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	*moved = false;
 	if (!q)
 		return NULL;
-	/* Each move leaves the moved pages in a VMA of their own (the kernel
-	 * keeps their old page offset, so it cannot merge them back) until
-	 * their chunk goes back to the arena: bound them so that a
-	 * realloc-heavy program stays far from vm.max_map_count, an eighth of
-	 * it (vmap_vma_budget); past the budget, copy. */
-	if (!vmap_moves_allowed())
+	/* A moved area is a VMA of its own while it lives (above): only as
+	 * many as the budget allows, the largest first -- below MOVE_MIN_PAGES
+	 * copying costs less than the VMA.  Moving a moved area again costs
+	 * nothing more: the VMA it leaves merges back. */
+	if (pages < MOVE_MIN_PAGES || (!(t & VMAP_TAG_MOVED) && !vmap_moves_allowed()))
 		return q;
-	/* Move the page tables, not the bytes; the old range stays mapped (and
-	 * empty, hence zero) thanks to MREMAP_DONTUNMAP, so the arena keeps no
-	 * hole another mapping could take.  The guard page moves too: an area
-	 * carved from a resident run may have stale bytes there, and the whole
-	 * old range is about to be declared zero.  q's usable part holds it,
-	 * since size > old_usable. */
-	size_t span = (size_t)(pages - vmap_guard_on) << VMAP_PAGE_SHIFT;
-	/* A move that fails part way is undone by merging q back into p, which
-	 * needs q to read zero where nothing moved (vmap_move_undo). */
 	if (__atomic_load_n(&vmap_moves_refused, __ATOMIC_RELAXED))
-		return q; /* a kernel before 5.7: copy */
-	if (!zero && vmap_os_madvise(q, span, MADV_DONTNEED))
+		return q; /* this kernel cannot: copy */
+	/* Move the page tables, not the bytes, and grow the moved VMA to
+	 * q's whole area at once: the kernel unmaps q's range, moves p's
+	 * pages to its start, and the new VMA covers the rest too (zero), so
+	 * the moved area is one VMA however often it moves.  The guard page
+	 * stays out of it (with guards on, it keeps its marker).  p's range is
+	 * left unmapped and mapped again at once, without replacing anything
+	 * (another thread's mapping may have taken the hole meanwhile). */
+	struct vmap_pte *qe = vmap_pte_of(vmap_region_of((uintptr_t)q), (uintptr_t)q);
+	uint64_t qt = __atomic_load_n(&qe->tag, __ATOMIC_RELAXED);
+	size_t span = (size_t)(pages - vmap_guard_on) << VMAP_PAGE_SHIFT;
+	size_t qspan = (size_t)(vmap_tag_pages(qt) - vmap_guard_on) << VMAP_PAGE_SHIFT;
+	/* A move that fails part way is undone by merging q back into p,
+	 * which needs q to read zero where nothing moved (vmap_move_undo). */
+	if (!zero && vmap_os_madvise(q, qspan, MADV_DONTNEED))
 		return q; /* (cannot happen to an arena area: then copy) */
-	void *m = vmap_os_mremap(p, span, span, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, q);
-	if (vmap_os_is_err(m) && vmap_os_err(m) == EINVAL) {
-		/* The arguments are checked before anything moves: this kernel
-		 * does not know MREMAP_DONTUNMAP.  Copy, now and from now on. */
-		__atomic_store_n(&vmap_moves_refused, true, __ATOMIC_RELAXED);
-		return q;
-	}
-	if (!vmap_os_is_err(m))
-		vmap_guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE); /* marker gone: reads zero */
+	void *m = vmap_os_mremap(p, span, qspan, MREMAP_MAYMOVE | MREMAP_FIXED, q);
 	if (vmap_os_is_err(m)) {
+		if (vmap_os_err(m) == EINVAL) {
+			/* Checked before anything moves (a kernel that will not
+			 * move within one mapping): copy, now and from now on. */
+			__atomic_store_n(&vmap_moves_refused, true, __ATOMIC_RELAXED);
+			return q;
+		}
 		/* Nothing moved (EFAULT before Linux 6.17 for a source of several
-		 * VMAs; no MREMAP_DONTUNMAP before 5.7), or near vm.max_map_count
-		 * some pieces did: either way p gets all its bytes back, and the
-		 * caller copies them into q.  DONTUNMAP leaves p mapped, so only q
-		 * can have holes; if one cannot be mapped again (the VMA limit),
-		 * q is retired and the caller gets NULL. */
+		 * VMAs), or near vm.max_map_count some pieces did: p gets all its
+		 * bytes back (q read zero, or was unmapped, before the move), and
+		 * the caller copies them into q.  If a hole cannot be mapped
+		 * again (the VMA limit), q is retired and the caller gets NULL. */
 		if (vmap_move_undo(p, q, span) != 0) {
 			retire_destination(q);
 			return NULL;
 		}
 		return q; /* caller copies and frees p */
 	}
-	count_move((uintptr_t)p);
-	count_move((uintptr_t)q);
-	/* p is now zero-filled address space: straight back to free space. */
+	/* q is a moved area now: one VMA more, unless p was one (its VMA is
+	 * gone with the move). */
+	__atomic_or_fetch(&qe->tag, VMAP_TAG_MOVED, __ATOMIC_RELEASE);
+	if (!(t & VMAP_TAG_MOVED))
+		vmap_moves_count(1);
+	if (qt & VMAP_TAG_BIG)
+		vmap_arena_advise((uintptr_t)q, qspan);
 	bool big = t & VMAP_TAG_BIG;
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
 	unsigned cpu = vmap_os_cpu();
-	vmap_shard_lock(s);
-	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
-	vmap_chunks_give_back_locked(s, vmap_free_insert_locked(s, (uintptr_t)p, pages, VMAP_RUN_ZERO,
-								big, 0));
-	vmap_shard_unlock(s);
+	vmap_guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE); /* marker gone: reads zero */
+	if (vmap_os_map_hole(p, span)) {
+		retire_hole(s, (uintptr_t)p, pages, big);
+	} else {
+		vmap_arena_advise((uintptr_t)p, span);
+		vmap_shard_lock(s);
+		__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
+		vmap_chunks_give_back_locked(s, vmap_free_insert_locked(s, (uintptr_t)p, pages,
+									VMAP_RUN_ZERO, big, 0));
+		vmap_shard_unlock(s);
+	}
 	vmap_count_large_free((int64_t)old_usable);
 	vmap_stat_add_cpu(cpu, VMAP_STAT_realloc_moved_pages, 1);
 	*moved = true;
 	return q;
 }
-

@@ -76,7 +76,7 @@ static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra
 	__atomic_store_n(&vmap_pte_of(r, p->head)->tag,
 			 vmap_tag_make(VMAP_ST_LIVE, s->id, pages,
 				       t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR |
-					    VMAP_TAG_VMA | VMAP_TAG_SEGS)),
+					    VMAP_TAG_MOVED | VMAP_TAG_VMA | VMAP_TAG_SEGS)),
 			 __ATOMIC_RELEASE);
 	vmap_shard_unlock(s);
 	size_t bytes = (size_t)extra << VMAP_PAGE_SHIFT;
@@ -489,9 +489,7 @@ static bool move_pages(struct remap *m, void **res)
 		 * would stay a VMA of their own (their old page offset), and a
 		 * later mremap of the whole would fail with EFAULT where the
 		 * kernel's own grow leaves one VMA.  Copied instead (rare).
-		 * Copied too past the budget of VMAs moves may leave (move.c:
-		 * a quarter of vm.max_map_count for all of vmapalloc), which
-		 * uncounted mremaps of served memory would reach. */
+		 * Copied too past the budget of VMAs moves may leave (move.c). */
 		if (st & VMAP_TAG_ATTR)
 			vmap_os_mprotect(old, moved, PROT_READ | PROT_WRITE);
 		memcpy(q, old, moved);
@@ -500,8 +498,13 @@ static bool move_pages(struct remap *m, void **res)
 	void *got = vmap_os_mremap(old, moved, moved, how, q);
 	if (!vmap_os_is_err(got) && !(how & MREMAP_DONTUNMAP))
 		vmap_os_map_fresh(old, moved);
-	if (!vmap_os_is_err(got) && !m->from_kernel)
-		vmap_moves_count(m->a, (uintptr_t)q);
+	if (!vmap_os_is_err(got) && !m->from_kernel) {
+		/* q is a moved area (move.c); the old range, if it was one, is
+		 * cut (and mapped afresh) by finish(). */
+		__atomic_or_fetch(&vmap_pte_of(vmap_region_of((uintptr_t)q), (uintptr_t)q)->tag,
+				  VMAP_TAG_MOVED, __ATOMIC_RELEASE);
+		vmap_moves_count(1);
+	}
 	if (!vmap_os_is_err(got)) {
 		m->copied = false;
 		return false;

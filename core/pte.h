@@ -92,6 +92,11 @@ enum {
 #define VMAP_TAG_ZERO (1ull << 59)
 #define VMAP_TAG_BIG (1ull << 58)
 #define VMAP_TAG_ADVISED (1ull << 57)
+/* The same bit on a LIVE head: the area's pages were moved there by mremap
+ * (realloc, or the program's mremap of a served mapping) and sit in a VMA of
+ * their own, the kernel keeping their old page offset; a fresh mapping over
+ * them when they are freed lets the arena's VMA merge over them again. */
+#define VMAP_TAG_MOVED (1ull << 57)
 #define VMAP_TAG_GUARDED (1ull << 56)
 #define VMAP_TAG_SHARD_SHIFT 48 /* 8 bits */
 #define VMAP_TAG_MMAP (1ull << 47) /* a live area the program got from mmap() */
@@ -151,7 +156,6 @@ struct vmap_region {
 	size_t size;
 	struct vmap_pte *pt;     /* size / PAGE entries */
 	uint16_t *chunk_owner;   /* (shard + 1) | big << 15; shard bits 0: free (see below) */
-	uint32_t *chunk_moves;   /* VMAs realloc moves left in each chunk (move.c) */
 	size_t nchunks;
 	size_t pt_bytes, owner_bytes;
 	struct vmap_slab *slabs; /* slab descriptors, one per 64 KiB (slab.c); NULL until the first slab */

@@ -188,7 +188,6 @@ static unsigned release(unsigned n, int advice)
 				vmap_os_map_fresh(a, len); /* zero, then faulting again: */
 				vmap_os_mprotect(a, len, PROT_NONE);
 			}
-			__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
 			calls += 2;
 			continue;
 		}

@@ -197,11 +197,21 @@ void vmap_range_flush_cached(void);
  * a whole chunk to give. */
 void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
 /* Page moves with mremap (realloc, and the program's mremap of served
- * memory) leave VMAs that never merge: whether one more fits the budget,
- * and counting one made from `from` to `to` (move.c: vmap_moves). */
+ * memory) leave the moved area in a VMA of its own while it lives (move.c:
+ * vmap_moves): whether one more fits the budget; counting moved areas that
+ * appear (+1) or are freed (-1); mapping [a, a+len) of a freed moved area
+ * afresh so that it merges again (whole: the area itself, which then no
+ * longer counts).  0 or -errno. */
 bool vmap_moves_allowed(void);
-void vmap_moves_count(uintptr_t from, uintptr_t to);
-/* How many VMAs vmapalloc may add of its own: a quarter of vm.max_map_count. */
+void vmap_moves_count(int64_t areas);
+int vmap_moved_heal(uintptr_t a, size_t len, bool whole);
+/* A fresh mapping over [a, a+len), arena pages, with the advice of their
+ * chunk (MADV_HUGEPAGE in a big one), so that it merges with the arena's VMA
+ * around it; vmap_arena_advise gives the advice alone (pages moved in carry
+ * their old VMA's).  0 or -errno. */
+int vmap_map_fresh_arena(uintptr_t a, size_t len);
+void vmap_arena_advise(uintptr_t a, size_t len);
+/* How many VMAs vmapalloc may add of its own (arena.c). */
 uint64_t vmap_vma_budget(void);
 /* Claims the unclaimed chunk holding a for shard s, as zero free space. */
 bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s);

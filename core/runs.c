@@ -67,6 +67,8 @@ void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t 
 	s->free_pages[li] += pages;
 	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
 		cached_add(s, pages << VMAP_PAGE_SHIFT);
+	if (state == VMAP_RUN_PROTECTED)
+		__atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
 }
 
 /* Unfiles a free run and clears its tags. */
@@ -83,6 +85,8 @@ void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 	s->free_pages[li] -= pages;
 	if (state == VMAP_RUN_DIRTY || state == VMAP_RUN_PROTECTED)
 		cached_add(s, -(pages << VMAP_PAGE_SHIFT));
+	if (state == VMAP_RUN_PROTECTED)
+		__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
 }
 
 

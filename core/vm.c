@@ -33,7 +33,6 @@ int vmap_unprotect(uintptr_t a, uint64_t pages)
 	int rc = vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE);
 	if (rc)
 		rc = vmap_os_map_fresh((void *)a, len);
-	__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
 	return rc;
 }
 

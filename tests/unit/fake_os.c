@@ -263,10 +263,9 @@ void *__wrap_vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags
 		lock();
 		size_t moved = fk.partial_moved, hole = fk.partial_hole;
 		unlock();
-		if (moved && moved < old_len && (flags & MREMAP_FIXED)) {
+		if (moved < old_len && (flags & MREMAP_FIXED)) {
 			char *to = new_addr;
-			void *m = __real_vmap_os_mremap(old, moved, moved, flags, to);
-			if (m != to)
+			if (moved && __real_vmap_os_mremap(old, moved, moved, flags, to) != to)
 				__builtin_trap(); /* the test's premise is broken */
 			if (hole)
 				__real_vmap_os_munmap(to + moved, hole);

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 
 #include "cache.h"
+#include "range_impl.h"
 
 /* One shard, no age purge: deterministic reuse whatever CPU we run on. */
 static const char *const one_shard[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
@@ -557,6 +558,146 @@ Test(range, move_of_a_small_block_into_the_big_kind)
 	cr_assert(check(q, 300 * KiB, 5));
 	vmap_range_check();
 	vmap_range_free(q, "free");
+}
+
+/* VMAs of this process that overlap the arena's first region. */
+static unsigned arena_vmas(void)
+{
+	uintptr_t lo = vmap_regions[0].base, hi = lo + vmap_regions[0].size;
+	FILE *f = fopen("/proc/self/maps", "r");
+	cr_assert_not_null(f);
+	char line[512];
+	unsigned n = 0;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long a, b;
+		if (sscanf(line, "%lx-%lx", &a, &b) == 2 && b > lo && a < hi)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/* Two live 4 MiB blocks side by side, the second one a blocker: the first
+ * can only grow by moving. */
+static char *movable(char **blocker, uintptr_t seed)
+{
+	char *p = alloc_ok(4 * MiB, VMAP_PAGE, NULL);
+	fill(p, 4 * MiB, seed);
+	*blocker = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	return p;
+}
+
+Test(range, a_moved_block_is_a_vma_until_it_is_freed)
+{
+	range_setup(one_shard);
+	char *blocker;
+	char *p = movable(&blocker, 7);
+	unsigned before = arena_vmas();
+	bool moved = false;
+	char *q = vmap_range_move(p, 6 * MiB, &moved);
+	cr_assert(moved);
+	cr_assert(tag_of(q) & VMAP_TAG_MOVED);
+	cr_assert(check(q, 4 * MiB, 7));
+	unsigned during = arena_vmas();
+	cr_assert(during > before && during <= before + 2, "a move adds at most two VMAs (%u -> %u)",
+		  before, during);
+	cr_assert_eq(vmap_moves, 2);
+	vmap_range_free(q, "free");
+	cr_assert_eq(arena_vmas(), before, "the freed moved block merges back into the arena's VMA");
+	cr_assert_eq(vmap_moves, 0);
+	vmap_range_check();
+	vmap_range_free(blocker, "free");
+}
+
+Test(range, a_moved_block_moved_again_leaves_one_vma)
+{
+	range_setup(one_shard);
+	char *blocker, *blocker2;
+	char *p = movable(&blocker, 9);
+	unsigned before = arena_vmas();
+	bool moved = false;
+	char *q = vmap_range_move(p, 6 * MiB, &moved);
+	cr_assert(moved);
+	blocker2 = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	char *r = vmap_range_move(q, 12 * MiB, &moved);
+	cr_assert(moved);
+	cr_assert(check(r, 4 * MiB, 9));
+	cr_assert(arena_vmas() <= before + 2, "the first move's VMA merged back (%u -> %u)", before,
+		  arena_vmas());
+	cr_assert_eq(vmap_moves, 2);
+	vmap_range_free(r, "free");
+	vmap_range_free(blocker2, "free");
+	cr_assert_eq(arena_vmas(), before);
+	cr_assert_eq(vmap_moves, 0);
+	vmap_range_free(blocker, "free");
+}
+
+Test(range, a_moved_block_grows_by_moving_again_as_one_vma)
+{
+	range_setup(one_shard);
+	char *blocker;
+	char *p = movable(&blocker, 3);
+	unsigned before = arena_vmas();
+	bool moved = false;
+	char *q = vmap_range_move(p, 6 * MiB, &moved);
+	cr_assert(moved);
+	cr_assert(!vmap_range_resize(q, 7 * MiB), "a moved block does not grow in place");
+	char *r = vmap_range_move(q, 7 * MiB, &moved);
+	cr_assert(moved);
+	cr_assert(check(r, 4 * MiB, 3));
+	cr_assert(all_zero(r + 4 * MiB, 3 * MiB));
+	cr_assert(arena_vmas() <= before + 2, "%u VMAs, %u before", arena_vmas(), before);
+	vmap_range_free(r, "free");
+	cr_assert_eq(arena_vmas(), before);
+	cr_assert_eq(vmap_moves, 0);
+	vmap_range_free(blocker, "free");
+}
+
+Test(range, moves_stop_at_the_vma_budget_and_copy_instead, .timeout = 60)
+{
+	range_setup(one_shard);
+	enum { N = 24 };
+	char *p[N], *b[N];
+	for (int i = 0; i < N; i++)
+		p[i] = movable(&b[i], (uintptr_t)i);
+	unsigned before = arena_vmas();
+	int moves = 0;
+	for (int i = 0; i < N; i++) {
+		bool moved = false;
+		char *q = vmap_range_move(p[i], 6 * MiB, &moved);
+		cr_assert_not_null(q);
+		if (!moved) { /* the caller copies and frees */
+			memcpy(q, p[i], 4 * MiB);
+			vmap_range_free(p[i], "free");
+		}
+		moves += moved;
+		p[i] = q;
+		cr_assert(check(p[i], 4 * MiB, (uintptr_t)i));
+	}
+	uint64_t budget = vmap_vma_budget() / 3 * 2;
+	cr_assert_eq((uint64_t)moves, budget / 2, "moves while they fit the budget (%d)", moves);
+	cr_assert(arena_vmas() <= before + budget, "%u VMAs, %u before, budget %lu", arena_vmas(),
+		  before, (unsigned long)budget);
+	for (int i = 0; i < N; i++) {
+		vmap_range_free(p[i], "free");
+		vmap_range_free(b[i], "free");
+	}
+	cr_assert_eq(vmap_moves, 0);
+	cr_assert(arena_vmas() <= before, "all merged back: %u VMAs, %u before", arena_vmas(), before);
+}
+
+Test(range, a_block_below_the_move_size_is_copied)
+{
+	range_setup(one_shard);
+	char *p = alloc_ok(128 * KiB, VMAP_PAGE, NULL);
+	void *blocker = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	bool moved = true;
+	char *q = vmap_range_move(p, 512 * KiB, &moved);
+	cr_assert_not_null(q);
+	cr_assert(!moved, "copying 128 KiB costs less than a VMA");
+	vmap_range_free(p, "free");
+	vmap_range_free(q, "free");
+	vmap_range_free(blocker, "free");
 }
 
 /* ---- chunks, regions, exhaustion ------------------------------------------------- */
