@@ -35,8 +35,8 @@
 
 struct vmap_slab_index vmap_slab0 VMAP_HOT;
 int vmap_protected_runs; /* free runs filed PROTECTED (runs.c): each may split the arena VMA */
-/* VMAs the live moved areas (VMAP_TAG_MOVED) add: two each, taken off when
- * the area is freed and mapped afresh (move.c). */
+/* VMAs moved areas may have added: an upper bound, counted again from
+ * /proc/self/maps when it nears the budget (move.c). */
 uint64_t vmap_moves;
 bool vmap_moves_refused; /* the kernel refused MREMAP_DONTUNMAP */
 struct vmap_shard *vmap_shards;
@@ -130,7 +130,7 @@ uint64_t vmap_proc_vsize(void)
  * the arena's VMA in up to three.  A program under glibc has a few dozen
  * mappings; one under vmapalloc should not have many more, since every fork
  * copies them and every page fault searches them.  VMAP_SPLIT_BUDGET, or a
- * quarter of vm.max_map_count if that is less (reliability.md #28: far below
+ * quarter of vm.max_map_count if that is less (tests/reliability/REQUIREMENTS.md #28: far below
  * half of it, whatever the administrator set it to); read once at the first
  * use (three system calls), the kernel's default, 65530, if it cannot be
  * read.  Moves get two thirds of it (move.c), lazily unmapped pieces the
@@ -376,6 +376,62 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	unclaimed_add(s->id, (int64_t)(ce - cs));
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_returned, (int64_t)((ce - cs) >> VMAP_CHUNK_SHIFT));
+}
+
+unsigned vmap_own_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max, bool tables)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < vmap_nregions && n + 3 <= max; i++) {
+		struct vmap_region *r = &vmap_regions[i];
+		lo[n] = r->base;
+		hi[n++] = r->base + r->size;
+		if (!tables)
+			continue;
+		lo[n] = (uintptr_t)r->pt;
+		hi[n++] = (uintptr_t)r->pt + r->pt_bytes + r->owner_bytes;
+		struct vmap_slab *sl = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
+		if (sl) {
+			lo[n] = (uintptr_t)sl;
+			hi[n++] = (uintptr_t)sl + r->nchunks * r->slabs_each;
+		}
+	}
+	if (tables && vmap_shards && n < max) {
+		lo[n] = (uintptr_t)vmap_shards;
+		hi[n++] = (uintptr_t)vmap_shards + vmap_shards_bytes;
+	}
+	return n;
+}
+
+/* The VMAs the regions have of their own making: one per run of chunks of a
+ * kind (unclaimed, small, big: protection and THP advice differ).  Chunks
+ * given back are writable but unclaimed: counted with the unclaimed, which
+ * errs towards fewer natural VMAs, so towards more extra ones. */
+static uint64_t natural_vmas(void)
+{
+	uint64_t n = 0;
+	for (unsigned i = 0; i < vmap_nregions; i++) {
+		struct vmap_region *r = &vmap_regions[i];
+		unsigned prev = 4;
+		for (size_t c = 0; c < r->nchunks; c++) {
+			uint16_t o = __atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED);
+			unsigned kind = vmap_chunk_is_free(o) ? 0 : (o & 0x8000u) ? 2 : 1;
+			n += kind != prev;
+			prev = kind;
+		}
+	}
+	return n;
+}
+
+uint64_t vmap_arena_extra_vmas(void)
+{
+	enum { MAX = 3 * VMAP_MAX_REGIONS + 1 };
+	uintptr_t lo[MAX], hi[MAX];
+	unsigned n = vmap_own_ranges(lo, hi, MAX, false);
+	uint64_t inside;
+	if (!vmap_os_count_maps(lo, hi, n, &inside))
+		return UINT64_MAX; /* cannot tell: as if over any budget */
+	uint64_t natural = natural_vmas();
+	return inside > natural ? inside - natural : 0;
 }
 
 void vmap_arena_advise(uintptr_t a, size_t len)

@@ -328,7 +328,7 @@ void vmap_range_free(void *p, const char *who)
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
 	bool to_runs = pages > vmap_pool_exact ||
 		       (!vmap_guard_on && beside_resident_run(r, e, (uintptr_t)p, pages, t));
-	if (__builtin_expect(!(t & (VMAP_TAG_ATTR | VMAP_TAG_MOVED)), 1) && !to_runs &&
+	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && !to_runs &&
 	    vmap_cache_push(owner, (uintptr_t)p, pages)) {
 		/* In this thread's cache: outside the purge's reach and budget; no
 		 * CPU number, clock or lock needed.  The age purge is looked at on
@@ -342,15 +342,12 @@ void vmap_range_free(void *p, const char *who)
 	unsigned cpu;
 	vmap_shard_here(&cpu);
 	uint64_t now = vmap_os_now_ns();
-	if (__builtin_expect(t & (VMAP_TAG_ATTR | VMAP_TAG_MOVED), 0)) {
+	if (__builtin_expect(t & VMAP_TAG_ATTR, 0)) {
 		/* The program changed this block's protection or advice (a guard
-		 * page under a thread stack, MADV_DONTFORK...), or its pages were
-		 * moved there and sit in a VMA of their own (move.c): a fresh
-		 * mapping over it restores plain read-write memory, zero-filled,
-		 * merged with the arena's VMA around it. */
+		 * page under a thread stack, MADV_DONTFORK...): a fresh mapping over
+		 * it restores plain read-write memory, zero-filled, merged with the
+		 * arena's VMA around it. */
 		if (!vmap_map_fresh_arena((uintptr_t)p, (size_t)bytes)) {
-			if (t & VMAP_TAG_MOVED)
-				vmap_moves_count(-1);
 			vmap_shard_lock(owner);
 			vmap_chunks_give_back_locked(
 				owner, vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_ZERO,
@@ -360,10 +357,8 @@ void vmap_range_free(void *p, const char *who)
 			return;
 		}
 		/* Could not reset it: keep it out of circulation rather than hand
-		 * out memory with the wrong protection (counted as still in use).
-		 * A moved block is only a VMA more: freed as any other. */
-		if (t & VMAP_TAG_ATTR)
-			return;
+		 * out memory with the wrong protection (counted as still in use). */
+		return;
 	}
 	if (to_runs) {
 		/* Larger areas (and those beside a resident run) become a
@@ -491,9 +486,10 @@ int vmap_range_init(void)
 	/* POOL_PAGES counts usable pages; areas carry one more, the guard. */
 	vmap_pool_exact = vmap_opt.pool_pages + 1;
 	vmap_lazy_max = vmap_opt.lazy_max ? vmap_opt.lazy_max
-					  : (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20);
+					  : (uint64_t)(log2_floor(ncpu) + 1) * (4u << 20);
 	vmap_lazy_limit = vmap_lazy_max;
-	vmap_counter_set_batch(vmap_lazy_max);
+	vmap_counter_set_batch(vmap_opt.lazy_max ? vmap_opt.lazy_max
+						: (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20));
 	vmap_shards_bytes = ((size_t)n * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
 			    ~(VMAP_PAGE - 1);
 	void *sh = vmap_os_mmap(NULL, vmap_shards_bytes, PROT_READ | PROT_WRITE,

@@ -136,13 +136,6 @@ int vmap_cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr
 		if (rc)
 			return rc;
 	}
-	if (t & VMAP_TAG_MOVED) {
-		/* The whole area gone: its VMA with it; a piece cut from the
-		 * middle: one moved VMA more. */
-		bool left = a > p->head, right = e < p->end;
-		if (left == right)
-			vmap_moves_count(left ? 1 : -1);
-	}
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
 	bool big = t & VMAP_TAG_BIG;
 	uint64_t keep = t & (VMAP_TAG_BIG | VMAP_TAG_MMAP | VMAP_TAG_ATTR | VMAP_TAG_MOVED);

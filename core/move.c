@@ -106,28 +106,44 @@ static void retire_destination(void *q)
  * The VMAs moves leave.  Pages mremap moves keep their old page offset, so
  * the kernel cannot merge them with the arena's VMA around their new place:
  * each moved area is a VMA of its own, cutting the one it landed in (two
- * more).  Its old range, mapped again at once, merges back.  So every live
- * moved area (VMAP_TAG_MOVED) counts two in vmap_moves, and gives them back
- * when it is freed: a fresh mapping over it (vmap_moved_heal) has the
- * arena's offsets and merges with its neighbours.  Moves stop at two thirds
- * of the VMA budget (arena.c): past it, realloc copies.
+ * more).  Its old range, mapped again at once, merges back.  The VMA lasts
+ * while the area lives and while its pages are cached after a free (a free
+ * that mapped them afresh would drop the pages a realloc loop reuses next);
+ * the purge maps such pages afresh, which merges them back.  vmap_moves
+ * counts two VMAs per move, an upper bound since moves last counted: when a
+ * move would take it past two thirds of the VMA budget (arena.c), the VMAs
+ * are counted again in /proc/self/maps (at most every MOVE_RECOUNT_NS), and
+ * past the budget realloc copies.
  */
+#define MOVE_RECOUNT_NS (10 * 1000000ull)
+static uint64_t vmap_moves_counted_ns;
+
+void vmap_moves_count(unsigned areas)
+{
+	__atomic_add_fetch(&vmap_moves, 2ull * areas, __ATOMIC_RELAXED);
+}
+
+bool vmap_moves_left(void)
+{
+	return __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) != 0;
+}
+
 bool vmap_moves_allowed(void)
 {
-	return __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) + 2 <= vmap_vma_budget() / 3 * 2;
-}
-
-void vmap_moves_count(int64_t areas)
-{
-	__atomic_add_fetch(&vmap_moves, (uint64_t)(2 * areas), __ATOMIC_RELAXED);
-}
-
-int vmap_moved_heal(uintptr_t a, size_t len, bool whole)
-{
-	int rc = vmap_map_fresh_arena(a, len);
-	if (!rc && whole)
-		vmap_moves_count(-1);
-	return rc;
+	uint64_t max = vmap_vma_budget() / 3 * 2;
+	if (__atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) + 2 <= max)
+		return true;
+	uint64_t now = vmap_os_now_ns(), last = __atomic_load_n(&vmap_moves_counted_ns, __ATOMIC_RELAXED);
+	if (now - last < MOVE_RECOUNT_NS ||
+	    !__atomic_compare_exchange_n(&vmap_moves_counted_ns, &last, now, false, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED))
+		return false;
+	/* What is not the lazily unmapped pieces' (two VMAs each at most). */
+	uint64_t extra = vmap_arena_extra_vmas();
+	uint64_t pieces = 2 * (uint64_t)__atomic_load_n(&vmap_protected_runs, __ATOMIC_RELAXED);
+	uint64_t moves = extra > pieces ? extra - pieces : 0;
+	__atomic_store_n(&vmap_moves, moves, __ATOMIC_RELAXED);
+	return moves + 2 <= max;
 }
 
 /* Retires [a, a+len), arena pages a moved area left and that could not be
@@ -155,9 +171,8 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 		return NULL;
 	/* A moved area is a VMA of its own while it lives (above): only as
 	 * many as the budget allows, the largest first -- below MOVE_MIN_PAGES
-	 * copying costs less than the VMA.  Moving a moved area again costs
-	 * nothing more: the VMA it leaves merges back. */
-	if (pages < MOVE_MIN_PAGES || (!(t & VMAP_TAG_MOVED) && !vmap_moves_allowed()))
+	 * copying costs less than the VMA. */
+	if (pages < MOVE_MIN_PAGES || !vmap_moves_allowed())
 		return q;
 	if (__atomic_load_n(&vmap_moves_refused, __ATOMIC_RELAXED))
 		return q; /* this kernel cannot: copy */
@@ -195,11 +210,10 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 		}
 		return q; /* caller copies and frees p */
 	}
-	/* q is a moved area now: one VMA more, unless p was one (its VMA is
-	 * gone with the move). */
+	/* q is a moved area now: one VMA more (if p was one, its VMA went
+	 * with the move, and the count is an upper bound). */
 	__atomic_or_fetch(&qe->tag, VMAP_TAG_MOVED, __ATOMIC_RELEASE);
-	if (!(t & VMAP_TAG_MOVED))
-		vmap_moves_count(1);
+	vmap_moves_count(1);
 	if (qt & VMAP_TAG_BIG)
 		vmap_arena_advise((uintptr_t)q, qspan);
 	bool big = t & VMAP_TAG_BIG;

@@ -96,6 +96,10 @@ int vmap_os_write_all(int fd, const void *buf, size_t len);
  * path into buf, NUL-terminated (buf[0] = 0 on failure); the length read,
  * or -errno when the file cannot be opened. */
 long vmap_os_read_file(const char *path, char *buf, size_t cap);
+/* The process's mappings (lines of /proc/self/maps, streamed: no buffer
+ * holds the file), and in *inside those that overlap one of the n ranges
+ * [lo[i], hi[i]).  0 when the file cannot be read. */
+uint64_t vmap_os_count_maps(const uintptr_t *lo, const uintptr_t *hi, unsigned n, uint64_t *inside);
 /* The unsigned decimal number a file starts with (/proc/sys/vm/...,
  * /proc/self/statm); 0 when it cannot be read. */
 uint64_t vmap_os_read_number(const char *path);

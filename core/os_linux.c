@@ -182,6 +182,50 @@ long vmap_os_read_file(const char *path, char *buf, size_t cap)
 	return n;
 }
 
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+uint64_t vmap_os_count_maps(const uintptr_t *lo, const uintptr_t *hi, unsigned n, uint64_t *inside)
+{
+	*inside = 0;
+	int fd = vmap_os_open("/proc/self/maps", O_RDONLY, 0);
+	if (fd < 0)
+		return 0;
+	char buf[4096];
+	uint64_t lines = 0;
+	/* Per line: the start (hex), '-', the end (hex), then the rest. */
+	uintptr_t a = 0, b = 0;
+	int field = 0; /* 0 start, 1 end, 2 rest */
+	long r;
+	while ((r = vmap_os_read(fd, buf, sizeof buf)) > 0) {
+		for (long i = 0; i < r; i++) {
+			char c = buf[i];
+			if (c == '\n') {
+				for (unsigned k = 0; k < n; k++)
+					if (b > lo[k] && a < hi[k]) {
+						(*inside)++;
+						break;
+					}
+				lines++;
+				a = b = 0;
+				field = 0;
+			} else if (field < 2) {
+				int d = hex_digit(c);
+				if (d >= 0 && field == 0)
+					a = a << 4 | (uintptr_t)d;
+				else if (d >= 0)
+					b = b << 4 | (uintptr_t)d;
+				else
+					field++;
+			}
+		}
+	}
+	vmap_os_close(fd);
+	return lines;
+}
+
 uint64_t vmap_os_read_number(const char *path)
 {
 	char buf[64];

@@ -7,14 +7,19 @@
  *   - the cached bytes pass the pressure limit, vmap_lazy_limit: resident
  *     free runs (oldest first) and a quarter of every pool go, for at most
  *     PURGE_ROUNDS rounds or until the cache is under 3/4 of the limit.  The
- *     limit starts at vmap_lazy_max (fls(ncpu) x 32 MiB, the kernel's
- *     lazy_max_pages()) and adapts: pressure again within one delay of the
- *     last pressure purge means the program refaults what was just purged,
- *     so the limit doubles instead, up to
- *     twice the bytes the program has in use (or had at its peak); a delay without pressure halves it
- *     back.  Whatever the limit, a cache no larger than the bytes in use is
- *     not pressure (pressure_limit).  A VMAPALLOC_LAZY_MAX set by the user is
- *     a hard cap: no growth, no floor.  Age still returns whatever waits longer than the delay;
+ *     limit starts at vmap_lazy_max (fls(ncpu) x 4 MiB: small, so that a
+ *     long-running program's resident memory stays near its live heap) and
+ *     adapts: pressure again within REFAULT_WINDOW_NS of the last pressure
+ *     purge means the program refaults what was just purged (a loop freeing
+ *     and allocating one big block), so the limit doubles instead (or jumps
+ *     to what is cached), up to the peak of large bytes in use plus
+ *     vmap_lazy_max; a delay without pressure halves it back.  Whatever the
+ *     limit, a cache no larger than the large bytes in use is not pressure
+ *     (pressure_limit).  Served mmaps do not count there: CPython's arenas
+ *     are tens of MiB of them, and as a floor they kept as much cached.  A
+ *     VMAPALLOC_LAZY_MAX set by the user is a hard cap: no growth, no
+ *     floor.  Age still returns whatever waits longer than the delay;
+ *   - or the process forks: the cache goes first (fork.c says why);
  *   - or cached areas have waited longer than VMAPALLOC_PURGE_DELAY_MS: those
  *     (and only those) are released, checked at most once per delay;
  *   - or malloc_trim()/vmapalloc_purge() asks for everything.
@@ -40,6 +45,7 @@
 #include "range.h"
 
 #define PURGE_MAX_VICTIMS 1024 /* also UIO_MAXIOV: one process_madvise per round */
+#define REFAULT_WINDOW_NS (50 * 1000000ull)
 #define PURGE_ROUNDS 4         /* bound on the work one allocating thread does */
 
 
@@ -51,7 +57,7 @@ static int vmap_batch_state; /* 0 unknown, 1 works, -1 unsupported */
 uint64_t vmap_lazy_limit;         /* the pressure limit now (see above) */
 static uint64_t vmap_pressure_ns; /* when the last pressure purge ran */
 
-enum purge_mode { PURGE_PRESSURE, PURGE_AGE, PURGE_ALL };
+enum purge_mode { PURGE_PRESSURE, PURGE_AGE, PURGE_ALL, PURGE_FORK };
 
 /* The approximate read of a gauge, clamped at 0.  In per-CPU mode the base
  * alone can be below zero (one CPU's slot holds the frees, another's the
@@ -65,7 +71,7 @@ static uint64_t approx(enum vmap_stat s)
 
 /*
  * The pressure limit in effect: the adaptive limit, or the bytes the program
- * has in use (large blocks and served mmaps) when that is more.  A cache
+ * has in use in large blocks when that is more (served mmaps not: see above).  A cache
  * smaller than the live heap is what a program that frees and allocates at
  * random keeps needing: the fragments between its live blocks.  Purging it
  * only made the next allocations fault it in again.  Cached bytes stay bounded:
@@ -82,7 +88,7 @@ static uint64_t pressure_limit(void)
 	 * other threads' are at most a few dozen operations each. */
 	int64_t large = vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
 			vmap_local.n[VMAP_STAT_large_bytes_in_use];
-	uint64_t in_use = (large > 0 ? (uint64_t)large : 0) + approx(VMAP_STAT_mmap_bytes_in_use);
+	uint64_t in_use = large > 0 ? (uint64_t)large : 0;
 	return in_use > limit ? in_use : limit;
 }
 
@@ -109,7 +115,7 @@ static unsigned collect(enum purge_mode mode, uint64_t older_than)
 		vmap_shard_lock(s);
 		uint64_t before = taken;
 		n += vmap_dirty_take_locked(s, mode == PURGE_AGE ? older_than : 0, want - taken,
-					    victims + n, PURGE_MAX_VICTIMS - n, &taken);
+					    victims + n, PURGE_MAX_VICTIMS - n, &taken, mode != PURGE_FORK);
 		for (unsigned c = VMAP_NCLASSES; c-- > 0 && n < PURGE_MAX_VICTIMS && taken < want;) {
 			struct vmap_pool *p = &s->pool[c];
 			if (!p->count)
@@ -205,7 +211,17 @@ static unsigned release(unsigned n, int advice)
 		calls += runs;
 	}
 	bool done = false;
-	if (vmap_batch_state >= 0 && runs > 1) {
+	if (advice == MADV_DONTNEED && vmap_moves_left()) {
+		/* Moved areas may have left VMAs of their own in these runs
+		 * (move.c): a fresh mapping drops the pages as DONTNEED would, and
+		 * merges them back into the arena's VMA.  One call per run. */
+		for (unsigned i = 0; i < runs; i++) {
+			run_ok[i] = vmap_map_fresh_arena((uintptr_t)iov[i].iov_base, iov[i].iov_len) == 0;
+			calls++;
+		}
+		done = true;
+	}
+	if (!done && vmap_batch_state >= 0 && runs > 1) {
 		long r = vmap_os_madvise_batch(iov, runs, advice);
 		calls++;
 		if (r >= 0 && (size_t)r == total) {
@@ -363,7 +379,7 @@ static unsigned sweep_remnants(void)
 
 static size_t purge(enum purge_mode mode, uint64_t now)
 {
-	if (mode == PURGE_ALL)
+	if (mode == PURGE_ALL || mode == PURGE_FORK)
 		vmap_lock(&vmap_purge_lock, VMAP_RANK_PURGE);
 	else if (!vmap_trylock(&vmap_purge_lock, VMAP_RANK_PURGE))
 		return 0; /* someone else is purging: carry on */
@@ -374,7 +390,7 @@ static size_t purge(enum purge_mode mode, uint64_t now)
 	int advice = vmap_opt.purge_advice == VMAP_ADVICE_FREE ? MADV_FREE : MADV_DONTNEED;
 	size_t bytes = 0;
 	unsigned syscalls = 0;
-	for (unsigned round = 0; mode == PURGE_ALL || round < PURGE_ROUNDS; round++) {
+	for (unsigned round = 0; mode >= PURGE_ALL || round < PURGE_ROUNDS; round++) {
 		unsigned n = collect(mode, older_than);
 		if (!n)
 			break;
@@ -412,6 +428,8 @@ static int64_t vmap_purge_futile_at = -1;
 static bool limit_grows(uint64_t cached, uint64_t now)
 {
 	uint64_t window = vmap_opt.purge_delay_ms * 1000000ull;
+	if (window > REFAULT_WINDOW_NS)
+		window = REFAULT_WINDOW_NS;
 	if (!window || vmap_opt.lazy_max)
 		return false; /* a LAZY_MAX the user set is a hard cap */
 	uint64_t last = __atomic_load_n(&vmap_pressure_ns, __ATOMIC_RELAXED);
@@ -422,15 +440,19 @@ static bool limit_grows(uint64_t cached, uint64_t now)
 	 * biggest block just before allocating it again is at its low point exactly when the pressure
 	 * comes.  Memory cached on the strength of an old peak still goes with
 	 * age, and the limit decays once the refaulting stops. */
-	uint64_t in_use = approx(VMAP_STAT_large_bytes_in_use) + approx(VMAP_STAT_mmap_bytes_in_use);
+	uint64_t in_use = approx(VMAP_STAT_large_bytes_in_use);
 	int64_t peak = __atomic_load_n(&vmap_stat_peak_large_bytes, __ATOMIC_RELAXED);
 	if (peak > 0 && (uint64_t)peak > in_use)
 		in_use = (uint64_t)peak;
 	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
-	uint64_t ceiling = 2 * in_use > vmap_lazy_max ? 2 * in_use : vmap_lazy_max;
+	uint64_t ceiling = in_use + vmap_lazy_max;
 	if (limit >= ceiling)
 		return false;
-	limit = limit * 2 < ceiling ? limit * 2 : ceiling;
+	/* Straight to what the cache holds now, if that is more than twice
+	 * the limit: a program that frees one 64 MiB block and allocates it
+	 * again should not pay for four doublings. */
+	limit = cached > limit * 2 ? cached : limit * 2;
+	limit = limit < ceiling ? limit : ceiling;
 	__atomic_store_n(&vmap_lazy_limit, limit, __ATOMIC_RELAXED);
 	vmap_stat_add_cpu(vmap_os_cpu(), VMAP_STAT_lazy_limit_raised, 1);
 	return cached <= pressure_limit();
@@ -481,6 +503,12 @@ size_t vmap_range_purge(bool all)
 	if (!vmap_shards)
 		return 0;
 	return purge(all ? PURGE_ALL : PURGE_PRESSURE, vmap_os_now_ns());
+}
+
+void vmap_range_purge_for_fork(void)
+{
+	if (vmap_shards && approx(VMAP_STAT_cached_bytes))
+		purge(PURGE_FORK, vmap_os_now_ns());
 }
 
 size_t vmap_range_trim(void)

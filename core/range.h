@@ -73,6 +73,10 @@ void *vmap_range_move(void *p, size_t size, bool *moved);
 int vmap_move_undo(void *p, void *q, size_t len);
 bool vmap_range_owns(const void *p);
 size_t vmap_range_purge(bool all);
+/* Before fork: the cache the copy would pay for goes (fork.c), but for the
+ * lazily unmapped pieces, whose PROT_NONE a child keeps where guard markers
+ * may not survive the copy. */
+void vmap_range_purge_for_fork(void);
 /* malloc_trim: everything cached purged, then huge-page remnants swept from
  * the free runs (purge.c).  Bytes purged. */
 size_t vmap_range_trim(void);
@@ -151,11 +155,13 @@ struct vmap_victim {
 	uint64_t pages;
 	uint64_t tag;
 };
-/* Detaches dirty runs for a purge, largest first, until want_bytes or max
- * (with older_than, only runs freed before it): tags become PURGING.
- * Returns the count and adds the bytes to *taken. */
+/* Detaches dirty runs (and, with protected_too, lazily unmapped ones) for
+ * a purge, oldest first, until want_bytes or max (with older_than, only
+ * runs freed before it): tags become PURGING.  Returns the count and adds
+ * the bytes to *taken. */
 unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
-				struct vmap_victim *out, unsigned max, uint64_t *taken);
+				struct vmap_victim *out, unsigned max, uint64_t *taken,
+				bool protected_too);
 void vmap_pool_remove_locked(struct vmap_shard *s, unsigned cls, uintptr_t a);
 /* A freed area (tag CACHED) goes to its pool while the pool and the shard's
  * pooled bytes are under their caps, else to the free runs (merging). */
@@ -197,20 +203,27 @@ void vmap_range_flush_cached(void);
  * a whole chunk to give. */
 void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
 /* Page moves with mremap (realloc, and the program's mremap of served
- * memory) leave the moved area in a VMA of its own while it lives (move.c:
- * vmap_moves): whether one more fits the budget; counting moved areas that
- * appear (+1) or are freed (-1); mapping [a, a+len) of a freed moved area
- * afresh so that it merges again (whole: the area itself, which then no
- * longer counts).  0 or -errno. */
+ * memory) leave the moved area in a VMA of its own until its pages are
+ * purged or unmapped (move.c: vmap_moves): whether one more fits the
+ * budget, and counting `areas` new moved areas. */
 bool vmap_moves_allowed(void);
-void vmap_moves_count(int64_t areas);
-int vmap_moved_heal(uintptr_t a, size_t len, bool whole);
+void vmap_moves_count(unsigned areas);
+/* Whether moved areas may have left VMAs (the purge then maps afresh). */
+bool vmap_moves_left(void);
 /* A fresh mapping over [a, a+len), arena pages, with the advice of their
  * chunk (MADV_HUGEPAGE in a big one), so that it merges with the arena's VMA
  * around it; vmap_arena_advise gives the advice alone (pages moved in carry
  * their old VMA's).  0 or -errno. */
 int vmap_map_fresh_arena(uintptr_t a, size_t len);
 void vmap_arena_advise(uintptr_t a, size_t len);
+/* The address ranges of vmapalloc's own mappings: the arena's regions and,
+ * with tables, their page tables, slab descriptors and the shards; up to max
+ * ranges into lo/hi, returns how many. */
+unsigned vmap_own_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max, bool tables);
+/* VMAs in the arena beyond those its chunks make (moved areas, lazily
+ * unmapped pieces, the program's mprotect of served memory), read from
+ * /proc/self/maps: one pass over it; UINT64_MAX if it cannot be read. */
+uint64_t vmap_arena_extra_vmas(void);
 /* How many VMAs vmapalloc may add of its own (arena.c). */
 uint64_t vmap_vma_budget(void);
 /* Claims the unclaimed chunk holding a for shard s, as zero free space. */

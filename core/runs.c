@@ -260,7 +260,8 @@ uintptr_t vmap_carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, siz
 }
 
 unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint64_t want_bytes,
-				struct vmap_victim *out, unsigned max, uint64_t *taken)
+				struct vmap_victim *out, unsigned max, uint64_t *taken,
+				bool protected_too)
 {
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
 	/* Oldest first (the kernel's decay order): gather up to DIRTY_SCAN runs,
@@ -270,7 +271,7 @@ unsigned vmap_dirty_take_locked(struct vmap_shard *s, uint64_t older_than, uint6
 	uintptr_t cand[DIRTY_SCAN];
 	uint64_t stamp[DIRTY_SCAN];
 	unsigned nc = 0;
-	for (unsigned l = 0; l < 4; l++) {
+	for (unsigned l = 0; l < (protected_too ? 4u : 2u); l++) {
 		unsigned li = list_of(l & 1, l < 2 ? VMAP_RUN_DIRTY : VMAP_RUN_PROTECTED);
 		uint64_t mask = s->free_bin_mask[li];
 		while (mask && nc < DIRTY_SCAN) {

@@ -151,22 +151,15 @@ void vmap_report_program_name(char *out, size_t cap)
 			out[i] = '_';
 }
 
-/* Lines of /proc/self/maps: the process's mappings (VMAs).  Streamed, not
- * vmap_os_read_file: the file is ~100 bytes a mapping, and vm.max_map_count
- * allows 65530 of them. */
-static uint64_t count_mappings(void)
+/* Lines of /proc/self/maps: the process's mappings (VMAs), and in *own
+ * those of vmapalloc's arena and its tables.  Streamed: the file is ~100
+ * bytes a mapping, and vm.max_map_count allows 65530 of them. */
+static uint64_t count_mappings(uint64_t *own)
 {
-	int fd = vmap_os_open("/proc/self/maps", O_RDONLY, 0);
-	if (fd < 0)
-		return 0;
-	char buf[4096];
-	uint64_t lines = 0;
-	long r;
-	while ((r = vmap_os_read(fd, buf, sizeof buf)) > 0)
-		for (long i = 0; i < r; i++)
-			lines += buf[i] == '\n';
-	vmap_os_close(fd);
-	return lines;
+	enum { MAX = 3 * 64 + 1 };
+	uintptr_t lo[MAX], hi[MAX];
+	unsigned n = vmap_range_enabled() ? vmap_own_ranges(lo, hi, MAX, true) : 0;
+	return vmap_os_count_maps(lo, hi, n, own);
 }
 
 /* ---- shard and size tables (no locks: approximate) ----------------------- */
@@ -277,7 +270,7 @@ void vmap_report_collect(struct vmap_figures *f, int when)
 	v[FIG_anon_huge] = field(buf, "AnonHugePages:", &found) * 1024;
 	v[FIG_lazy_free] = field(buf, "LazyFree:", &found) * 1024;
 	f->is |= found ? IS_ROLLUP : 0;
-	v[FIG_maps] = count_mappings();
+	v[FIG_maps] = count_mappings(&v[FIG_own_maps]);
 	v[FIG_max_maps] = vmap_os_read_number("/proc/sys/vm/max_map_count");
 	if (when != VMAP_WHEN_SIGNAL && vmap_libc.mallinfo2) {
 		/* glibc's own figures: it takes its arena locks, so never here

@@ -61,6 +61,7 @@ static const struct json_key top[] = {
 	{"purge_delay_ms", F(purge_delay_ms), NUMBER, 0},
 	{"purge_advice", 0, WORD_ADVICE, IS_MADV_FREE},
 	{"mappings", F(maps), NUMBER, 0},
+	{"mappings_own", F(own_maps), NUMBER, 0},
 	{"max_map_count", F(max_maps), NUMBER, IS_MAX_MAPS},
 	{"shards", F(shards), NUMBER, 0},
 	{"counter_mode", 0, WORD_COUNTERS, IS_PERCPU},

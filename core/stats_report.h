@@ -39,6 +39,7 @@ enum vmap_fig {
 	FIG_anon_huge,        /* AnonHugePages of smaps_rollup, bytes */
 	FIG_lazy_free,        /* LazyFree of smaps_rollup, bytes */
 	FIG_maps,             /* lines of /proc/self/maps */
+	FIG_own_maps,         /* of them, in vmapalloc's arena and tables */
 	FIG_max_maps,         /* vm.max_map_count, 0 if unread */
 	FIG_small_in_use,     /* glibc's mallinfo2: uordblks + hblkhd */
 	FIG_small_heap,       /* glibc's mallinfo2: arena + hblkhd */

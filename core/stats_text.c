@@ -60,6 +60,7 @@ static const struct text_piece lines[] = {
 
 	{0, "mappings", "%U", {F(maps)}},
 	{IS_MAX_MAPS, "", " of vm.max_map_count %U (%P)", {F(max_maps), F(maps), F(max_maps)}},
+	{0, "", "; vmapalloc's own %U", {F(own_maps)}},
 
 	{0, "calls", "malloc %U, free %U, calloc %U, realloc %U, aligned %U",
 	 {F(malloc_calls), F(free_calls), F(calloc_calls), F(realloc_calls), F(memalign_calls)}},

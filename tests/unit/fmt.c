@@ -515,6 +515,7 @@ static void report_figures(struct vmap_figures *f, bool in_signal)
 	v[FIG_rss] = 5 * MiB;
 	v[FIG_hwm] = 6 * MiB;
 	v[FIG_maps] = 120;
+	v[FIG_own_maps] = 9;
 	if (in_signal) {
 		f->when = VMAP_WHEN_SIGNAL;
 		strcpy(f->comm, "sig");
@@ -573,7 +574,7 @@ Test(report, text_of_chosen_figures_is_exact)
 		"or served mmap)\n"
 		"  address space reserved    19.1 MiB in 51562506 region(s), 0 shard(s) (virtual: "
 		"untouched pages cost nothing)\n"
-		"  mappings                  120 of vm.max_map_count 65530 (0.2%)\n"
+		"  mappings                  120 of vm.max_map_count 65530 (0.2%); vmapalloc's own 9\n"
 		"  calls                     malloc 79453195, free 71705005, calloc 97020549, "
 		"realloc 33279475, aligned 11058793\n"
 		"  small / large             36367867 / 63777779 allocations (60.2 MiB large in "
@@ -603,7 +604,7 @@ Test(report, text_in_a_signal_handler_says_what_it_did_not_read)
 		"or served mmap)\n"
 		"  address space reserved    19.1 MiB in 51562506 region(s), 0 shard(s) (virtual: "
 		"untouched pages cost nothing)\n"
-		"  mappings                  120\n"
+		"  mappings                  120; vmapalloc's own 9\n"
 		"  calls                     malloc 79453195, free 71705005, calloc 97020549, "
 		"realloc 33279475, aligned 11058793\n"
 		"  small (glibc) / large     36367867 / 63777779 allocations (60.2 MiB large in "
@@ -654,7 +655,7 @@ Test(report, json_of_chosen_figures_is_exact)
 		    "\"anon_huge_pages_bytes\": 2097152, \"lazy_free_bytes\": 4096, "
 		    "\"mapped_bytes\": 20016034, \"cached_bytes\": 83020839, "
 		    "\"lazy_max_bytes\": 67108864, \"lazy_limit_bytes\": 134217728, "
-		    "\"purge_delay_ms\": 2000, \"purge_advice\": \"free\", \"mappings\": 120, "
+		    "\"purge_delay_ms\": 2000, \"purge_advice\": \"free\", \"mappings\": 120, \"mappings_own\": 9, "
 		    "\"max_map_count\": 65530, \"shards\": 0, \"counter_mode\": \"percpu\", "
 		    "\"counter_switch_ns\": 3500000, \"counters\": {",
 		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": []");
@@ -673,7 +674,7 @@ Test(report, json_in_a_signal_handler_has_nulls_for_what_it_did_not_read)
 		    "\"anon_huge_pages_bytes\": null, \"lazy_free_bytes\": null, "
 		    "\"mapped_bytes\": 20016034, \"cached_bytes\": 83020839, "
 		    "\"lazy_max_bytes\": 67108864, \"lazy_limit_bytes\": 67108864, "
-		    "\"purge_delay_ms\": 0, \"purge_advice\": \"dontneed\", \"mappings\": 120, "
+		    "\"purge_delay_ms\": 0, \"purge_advice\": \"dontneed\", \"mappings\": 120, \"mappings_own\": 9, "
 		    "\"max_map_count\": null, \"shards\": 0, \"counter_mode\": \"atomic\", "
 		    "\"counter_switch_ns\": null, \"counters\": {",
 		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": []");

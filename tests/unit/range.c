@@ -587,7 +587,7 @@ static char *movable(char **blocker, uintptr_t seed)
 	return p;
 }
 
-Test(range, a_moved_block_is_a_vma_until_it_is_freed)
+Test(range, a_moved_block_is_a_vma_until_its_pages_are_purged)
 {
 	range_setup(one_shard);
 	char *blocker;
@@ -601,10 +601,11 @@ Test(range, a_moved_block_is_a_vma_until_it_is_freed)
 	unsigned during = arena_vmas();
 	cr_assert(during > before && during <= before + 2, "a move adds at most two VMAs (%u -> %u)",
 		  before, during);
-	cr_assert_eq(vmap_moves, 2);
+	cr_assert_eq(vmap_moves, 2, "counted");
 	vmap_range_free(q, "free");
-	cr_assert_eq(arena_vmas(), before, "the freed moved block merges back into the arena's VMA");
-	cr_assert_eq(vmap_moves, 0);
+	cr_assert_eq(arena_vmas(), during, "freed, its pages stay cached, in their VMA");
+	vmap_range_purge(true);
+	cr_assert_eq(arena_vmas(), before, "purged: mapped afresh, merged back");
 	vmap_range_check();
 	vmap_range_free(blocker, "free");
 }
@@ -619,48 +620,29 @@ Test(range, a_moved_block_moved_again_leaves_one_vma)
 	char *q = vmap_range_move(p, 6 * MiB, &moved);
 	cr_assert(moved);
 	blocker2 = alloc_ok(64 * KiB, VMAP_PAGE, NULL);
+	cr_assert(!vmap_range_resize(q, 7 * MiB), "a moved block does not grow in place");
 	char *r = vmap_range_move(q, 12 * MiB, &moved);
 	cr_assert(moved);
 	cr_assert(check(r, 4 * MiB, 9));
+	cr_assert(all_zero(r + 4 * MiB, 8 * MiB), "the grown part reads zero");
 	cr_assert(arena_vmas() <= before + 2, "the first move's VMA merged back (%u -> %u)", before,
 		  arena_vmas());
-	cr_assert_eq(vmap_moves, 2);
 	vmap_range_free(r, "free");
 	vmap_range_free(blocker2, "free");
+	vmap_range_purge(true);
 	cr_assert_eq(arena_vmas(), before);
-	cr_assert_eq(vmap_moves, 0);
-	vmap_range_free(blocker, "free");
-}
-
-Test(range, a_moved_block_grows_by_moving_again_as_one_vma)
-{
-	range_setup(one_shard);
-	char *blocker;
-	char *p = movable(&blocker, 3);
-	unsigned before = arena_vmas();
-	bool moved = false;
-	char *q = vmap_range_move(p, 6 * MiB, &moved);
-	cr_assert(moved);
-	cr_assert(!vmap_range_resize(q, 7 * MiB), "a moved block does not grow in place");
-	char *r = vmap_range_move(q, 7 * MiB, &moved);
-	cr_assert(moved);
-	cr_assert(check(r, 4 * MiB, 3));
-	cr_assert(all_zero(r + 4 * MiB, 3 * MiB));
-	cr_assert(arena_vmas() <= before + 2, "%u VMAs, %u before", arena_vmas(), before);
-	vmap_range_free(r, "free");
-	cr_assert_eq(arena_vmas(), before);
-	cr_assert_eq(vmap_moves, 0);
 	vmap_range_free(blocker, "free");
 }
 
 Test(range, moves_stop_at_the_vma_budget_and_copy_instead, .timeout = 60)
 {
 	range_setup(one_shard);
-	enum { N = 24 };
+	enum { N = 64 };
 	char *p[N], *b[N];
 	for (int i = 0; i < N; i++)
 		p[i] = movable(&b[i], (uintptr_t)i);
 	unsigned before = arena_vmas();
+	uint64_t budget = vmap_vma_budget() / 3 * 2;
 	int moves = 0;
 	for (int i = 0; i < N; i++) {
 		bool moved = false;
@@ -673,16 +655,16 @@ Test(range, moves_stop_at_the_vma_budget_and_copy_instead, .timeout = 60)
 		moves += moved;
 		p[i] = q;
 		cr_assert(check(p[i], 4 * MiB, (uintptr_t)i));
+		cr_assert(arena_vmas() <= before + budget, "%u VMAs after %d moves, %u before, budget %lu",
+			  arena_vmas(), moves, before, (unsigned long)budget);
+		usleep(11000); /* past the recount's rate limit: every decision counts again */
 	}
-	uint64_t budget = vmap_vma_budget() / 3 * 2;
-	cr_assert_eq((uint64_t)moves, budget / 2, "moves while they fit the budget (%d)", moves);
-	cr_assert(arena_vmas() <= before + budget, "%u VMAs, %u before, budget %lu", arena_vmas(),
-		  before, (unsigned long)budget);
+	cr_assert(moves >= (int)budget / 2 && moves < N, "moves while they fit the budget (%d)", moves);
 	for (int i = 0; i < N; i++) {
 		vmap_range_free(p[i], "free");
 		vmap_range_free(b[i], "free");
 	}
-	cr_assert_eq(vmap_moves, 0);
+	vmap_range_purge(true);
 	cr_assert(arena_vmas() <= before, "all merged back: %u VMAs, %u before", arena_vmas(), before);
 }
 
