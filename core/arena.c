@@ -34,10 +34,14 @@
 #include "range_impl.h"
 
 struct vmap_slab_index vmap_slab0 VMAP_HOT;
-int vmap_protected_runs; /* free runs filed PROTECTED (runs.c): each may split the arena VMA */
 /* VMAs moved areas may have added: an upper bound, counted again from
  * /proc/self/maps when it nears the budget (move.c). */
 uint64_t vmap_moves;
+
+bool vmap_moves_left(void)
+{
+	return __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) != 0;
+}
 bool vmap_moves_refused; /* the kernel refused MREMAP_DONTUNMAP */
 struct vmap_shard *vmap_shards;
 unsigned vmap_nshards; /* 0 until the shards are mapped */

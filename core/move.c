@@ -123,11 +123,6 @@ void vmap_moves_count(unsigned areas)
 	__atomic_add_fetch(&vmap_moves, 2ull * areas, __ATOMIC_RELAXED);
 }
 
-bool vmap_moves_left(void)
-{
-	return __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) != 0;
-}
-
 bool vmap_moves_allowed(void)
 {
 	uint64_t max = vmap_vma_budget() / 3 * 2;

@@ -14,6 +14,8 @@
 
 /* ---- free runs (shard lock held) -------------------------------------- */
 
+int vmap_protected_runs; /* free runs filed PROTECTED: each may split the arena VMA */
+
 
 
 
