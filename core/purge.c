@@ -55,6 +55,7 @@ static struct iovec iov[PURGE_MAX_VICTIMS];
 static uint64_t vmap_purge_next_ns;
 static int vmap_batch_state; /* 0 unknown, 1 works, -1 unsupported */
 uint64_t vmap_lazy_limit;         /* the pressure limit now (see above) */
+uint64_t vmap_fresh_carves;       /* areas carved from fresh memory (large.c) */
 static uint64_t vmap_pressure_ns; /* when the last pressure purge ran */
 
 enum purge_mode { PURGE_PRESSURE, PURGE_AGE, PURGE_ALL, PURGE_FORK };
@@ -434,7 +435,13 @@ static bool limit_grows(uint64_t cached, uint64_t now)
 		return false; /* a LAZY_MAX the user set is a hard cap */
 	uint64_t last = __atomic_load_n(&vmap_pressure_ns, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_pressure_ns, now, __ATOMIC_RELAXED);
-	if (!last || now - last > window)
+	/* Refaulting means fresh memory was carved since the last pressure
+	 * purge: a burst of frees alone passes the limit again and again
+	 * within the window without refaulting anything. */
+	static uint64_t fresh_at_last;
+	uint64_t fresh = __atomic_load_n(&vmap_fresh_carves, __ATOMIC_RELAXED);
+	uint64_t before = __atomic_exchange_n(&fresh_at_last, fresh, __ATOMIC_RELAXED);
+	if (!last || now - last > window || fresh == before)
 		return false;
 	/* In use: now, or at the peak of large blocks -- a program that frees its
 	 * biggest block just before allocating it again is at its low point exactly when the pressure

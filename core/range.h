@@ -73,6 +73,8 @@ void *vmap_range_move(void *p, size_t size, bool *moved);
 int vmap_move_undo(void *p, void *q, size_t len);
 bool vmap_range_owns(const void *p);
 size_t vmap_range_purge(bool all);
+/* Areas carved from memory that faults (purge.c reads it: refaulting). */
+extern uint64_t vmap_fresh_carves;
 /* Before fork: the cache the copy would pay for goes (fork.c), but for the
  * lazily unmapped pieces, whose PROT_NONE a child keeps where guard markers
  * may not survive the copy. */
