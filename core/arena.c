@@ -42,7 +42,7 @@ bool vmap_moves_left(void)
 {
 	return __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) != 0;
 }
-bool vmap_moves_refused; /* the kernel refused MREMAP_DONTUNMAP */
+bool vmap_moves_refused; /* the kernel refused a move (EINVAL): realloc copies */
 struct vmap_shard *vmap_shards;
 unsigned vmap_nshards; /* 0 until the shards are mapped */
 uint64_t vmap_lazy_max;
@@ -428,9 +428,8 @@ static uint64_t natural_vmas(void)
 
 uint64_t vmap_arena_extra_vmas(void)
 {
-	enum { MAX = 3 * VMAP_MAX_REGIONS + 1 };
-	uintptr_t lo[MAX], hi[MAX];
-	unsigned n = vmap_own_ranges(lo, hi, MAX, false);
+	uintptr_t lo[VMAP_OWN_RANGES_MAX], hi[VMAP_OWN_RANGES_MAX];
+	unsigned n = vmap_own_ranges(lo, hi, VMAP_OWN_RANGES_MAX, false);
 	uint64_t inside;
 	if (!vmap_os_count_maps(lo, hi, n, &inside))
 		return UINT64_MAX; /* cannot tell: as if over any budget */

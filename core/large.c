@@ -439,8 +439,7 @@ bool vmap_range_resize(void *p, size_t size)
 			if (rs == VMAP_RUN_DIRTY || rs == VMAP_RUN_PROTECTED)
 				vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes,
 						  -(int64_t)(extra << VMAP_PAGE_SHIFT));
-			__atomic_store_n(&e->tag,
-					 vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
+			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
 					 __ATOMIC_RELEASE);
 			done = true;
 			int64_t grown = (int64_t)(extra << VMAP_PAGE_SHIFT);

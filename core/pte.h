@@ -94,8 +94,8 @@ enum {
 #define VMAP_TAG_ADVISED (1ull << 57)
 /* The same bit on a LIVE head: the area's pages were moved there by mremap
  * (realloc, or the program's mremap of a served mapping) and sit in a VMA of
- * their own, the kernel keeping their old page offset; a fresh mapping over
- * them when they are freed lets the arena's VMA merge over them again. */
+ * their own, the kernel keeping their old page offset; the fresh mapping a
+ * purge or munmap makes over them lets the arena's VMA merge again. */
 #define VMAP_TAG_MOVED (1ull << 57)
 #define VMAP_TAG_GUARDED (1ull << 56)
 #define VMAP_TAG_SHARD_SHIFT 48 /* 8 bits */

@@ -55,7 +55,9 @@ static struct iovec iov[PURGE_MAX_VICTIMS];
 static uint64_t vmap_purge_next_ns;
 static int vmap_batch_state; /* 0 unknown, 1 works, -1 unsupported */
 uint64_t vmap_lazy_limit;         /* the pressure limit now (see above) */
-uint64_t vmap_fresh_carves;       /* areas carved from fresh memory (large.c) */
+/* Areas carved from fresh memory (large.c): exact where the pool_misses
+ * counter, per CPU, is read only approximately between folds. */
+uint64_t vmap_fresh_carves;
 static uint64_t vmap_pressure_ns; /* when the last pressure purge ran */
 
 enum purge_mode { PURGE_PRESSURE, PURGE_AGE, PURGE_ALL, PURGE_FORK };

@@ -222,6 +222,7 @@ void vmap_arena_advise(uintptr_t a, size_t len);
  * with tables, their page tables, slab descriptors and the shards; up to max
  * ranges into lo/hi, returns how many. */
 unsigned vmap_own_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max, bool tables);
+#define VMAP_OWN_RANGES_MAX (3 * VMAP_MAX_REGIONS + 1) /* enough for every region's */
 /* VMAs in the arena beyond those its chunks make (moved areas, lazily
  * unmapped pieces, the program's mprotect of served memory), read from
  * /proc/self/maps: one pass over it; UINT64_MAX if it cannot be read. */

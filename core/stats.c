@@ -156,9 +156,8 @@ void vmap_report_program_name(char *out, size_t cap)
  * bytes a mapping, and vm.max_map_count allows 65530 of them. */
 static uint64_t count_mappings(uint64_t *own)
 {
-	enum { MAX = 3 * 64 + 1 };
-	uintptr_t lo[MAX], hi[MAX];
-	unsigned n = vmap_range_enabled() ? vmap_own_ranges(lo, hi, MAX, true) : 0;
+	uintptr_t lo[VMAP_OWN_RANGES_MAX], hi[VMAP_OWN_RANGES_MAX];
+	unsigned n = vmap_range_enabled() ? vmap_own_ranges(lo, hi, VMAP_OWN_RANGES_MAX, true) : 0;
 	return vmap_os_count_maps(lo, hi, n, own);
 }
 
