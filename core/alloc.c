@@ -28,6 +28,7 @@
 #include <string.h>
 #include <gnu/lib-names.h>
 
+#include "background.h"
 #include "cache.h"
 #include "counter.h"
 #include "fast.h"
@@ -38,9 +39,29 @@
 #include "slab.h"
 #include "stats.h"
 
+/*
+ * The fold of this thread's counts, every VMAP_LOCAL_BATCH (128) counted
+ * calls, is also where any call -- small or large, glibc's or the slabs' --
+ * looks at the clock: the age purge runs there once it is due, so that a
+ * program that freed large blocks and then makes only small calls still
+ * gives them back after the delay.  Entry points only, with no lock held.
+ */
+__attribute__((noinline)) static void fold_and_tick(void)
+{
+	vmap_counter_flush_local();
+	if (vmap_shards && !vmap_reentered()) {
+		vmap_depth_enter();
+		vmap_purge_tick(vmap_os_now_ns());
+		vmap_depth_leave();
+	}
+}
+
 static inline void count(enum vmap_stat s)
 {
-	vmap_stat_inc_local(s);
+	vmap_local.n[s]++;
+	vmap_local.dirty |= 1ull << s;
+	if (__builtin_expect(--vmap_local.budget <= 0, 0))
+		fold_and_tick();
 }
 
 /* Two figures of one event: one fold countdown. */
@@ -50,7 +71,7 @@ static inline void count2(enum vmap_stat a, enum vmap_stat b)
 	vmap_local.n[b]++;
 	vmap_local.dirty |= (1ull << a) | (1ull << b);
 	if (__builtin_expect(--vmap_local.budget <= 0, 0))
-		vmap_counter_flush_local();
+		fold_and_tick();
 }
 
 /* ---- small backend ------------------------------------------------------ */
@@ -213,6 +234,8 @@ static void free_large(void *p)
 	vmap_depth_enter();
 	vmap_range_free(p, "free");
 	vmap_depth_leave();
+	if (__builtin_expect(vmap_opt.background, 0))
+		vmap_background_kick();
 }
 
 __attribute__((noinline)) void vmap_free_slow(void *p)

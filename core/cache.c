@@ -51,6 +51,9 @@
 
 struct vmap_tcache {
 	struct vmap_tcache *next_free; /* on the recycle list */
+	struct vmap_tcache *next_all;  /* on the list of every cache made */
+	uint32_t lock;     /* with a purger thread: owner's operations vs its reaping */
+	uint64_t seen;     /* vmap_cache_clock_ns at the owner's last operation */
 	uint64_t epoch;
 	uint64_t bytes;
 	uint64_t pops;     /* allocations served since the last full drain */
@@ -72,6 +75,15 @@ static uint64_t cache_byte_cap;
 static bool cache_on;
 static uint64_t vmap_trim_epoch;
 static struct vmap_tcache *cache_free_list;
+static struct vmap_tcache *cache_all; /* every cache made: they are never unmapped */
+/* A coarse clock for the idle passes (vmap_cache_idle_pass): set by them
+ * and by the allocator's every 128th call (purge.c's tick); an operation
+ * notes it, so that a cache's idle time is known without a clock read per
+ * operation. */
+uint64_t vmap_cache_clock_ns;
+/* A purger thread may drain other threads' caches: every operation on a
+ * cache then holds its lock (one exchange; 0 costs a predicted branch). */
+static bool cache_shared;
 static struct vmap_lock cache_list_lock = VMAP_LOCK_INIT;
 
 enum { TC_NONE = 0, TC_ACTIVE = 1, TC_DEAD = 2 };
@@ -86,6 +98,7 @@ void vmap_cache_init(unsigned ncpu)
 	cache_on = vmap_opt.cache && vmap_opt.cache_bytes > 0;
 	if (!cache_on)
 		return;
+	cache_shared = vmap_opt.background;
 	unsigned scale = ncpu >= 32 ? 2 : 1;
 	uint32_t off = 0;
 	for (unsigned n = 2; n <= CACHE_MAX_PAGES; n++) {
@@ -115,6 +128,10 @@ static struct vmap_tcache *cache_create(void)
 		if (vmap_os_is_err(tc))
 			return NULL;
 		vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)cache_bytes_each);
+		vmap_lock(&cache_list_lock, VMAP_RANK_CACHE_LIST);
+		tc->next_all = cache_all;
+		__atomic_store_n(&cache_all, tc, __ATOMIC_RELEASE);
+		vmap_unlock(&cache_list_lock, VMAP_RANK_CACHE_LIST);
 	}
 	tc->epoch = __atomic_load_n(&vmap_trim_epoch, __ATOMIC_RELAXED);
 	tc->home = -1;
@@ -170,9 +187,10 @@ static uintptr_t hot_detach(struct vmap_tcache *tc, uint64_t *pages)
 	return *pages ? a : 0;
 }
 
-static void drain_all(struct vmap_tcache *tc)
+/* Everything the cache holds goes back to the shards, stamped `now` (0: as
+ * old as can be, for the age purge to take at once). */
+static void drain_all(struct vmap_tcache *tc, uint64_t now)
 {
-	uint64_t now = vmap_os_now_ns();
 	uint64_t hp;
 	uintptr_t h = tc->hot ? hot_detach(tc, &hp) : 0;
 	if (h)
@@ -190,19 +208,35 @@ static inline void check_epoch(struct vmap_tcache *tc)
 {
 	uint64_t e = __atomic_load_n(&vmap_trim_epoch, __ATOMIC_RELAXED);
 	if (__builtin_expect(tc->epoch != e, 0)) {
-		drain_all(tc);
+		drain_all(tc, vmap_os_now_ns());
 		tc->epoch = e;
 	}
 }
 
-uintptr_t vmap_cache_pop(uint64_t *pages)
+/*
+ * With a purger thread (cache_shared), the owner's operations and the
+ * purger's reaping of an idle cache exclude each other with the cache's
+ * lock: a spin lock, since the purger holds it only to drain the cache and
+ * only trylocks it (the owner never waits for more than one drain).  Taken
+ * before any shard lock.  Every operation notes the idle pass it ran in.
+ */
+static inline void tc_enter(struct vmap_tcache *tc)
+{
+	if (__builtin_expect(cache_shared, 0))
+		while (__atomic_exchange_n(&tc->lock, 1, __ATOMIC_ACQUIRE))
+			vmap_os_yield();
+	tc->seen = __atomic_load_n(&vmap_cache_clock_ns, __ATOMIC_RELAXED);
+}
+
+static inline void tc_leave(struct vmap_tcache *tc)
+{
+	if (__builtin_expect(cache_shared, 0))
+		__atomic_store_n(&tc->lock, 0, __ATOMIC_RELEASE);
+}
+
+static inline __attribute__((always_inline)) uintptr_t pop_held(struct vmap_tcache *tc, uint64_t *pages)
 {
 	uint64_t n = *pages;
-	if (n > CACHE_MAX_PAGES)
-		return 0;
-	struct vmap_tcache *tc = cache_get();
-	if (!tc)
-		return 0;
 	check_epoch(tc);
 	if (tc->hot && !tc->hot_lent && n <= tc->hot_pages &&
 	    (tc->hot_pages - n < 2 || !vmap_range_guard_on())) {
@@ -250,13 +284,21 @@ uintptr_t vmap_cache_pop(uint64_t *pages)
 	return a;
 }
 
-uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages)
+uintptr_t vmap_cache_pop(uint64_t *pages)
 {
-	if (pages > CACHE_MAX_PAGES)
+	if (*pages > CACHE_MAX_PAGES)
 		return 0;
 	struct vmap_tcache *tc = cache_get();
 	if (!tc)
 		return 0;
+	tc_enter(tc);
+	uintptr_t a = pop_held(tc, pages);
+	tc_leave(tc);
+	return a;
+}
+
+static inline __attribute__((always_inline)) uintptr_t refill_held(struct vmap_tcache *tc, struct vmap_shard *s, uint64_t pages)
+{
 	tc->pops++;
 	tc->consumer = false;
 	/* This thread runs on s now: frees of s's areas may stay in the cache.
@@ -281,11 +323,23 @@ uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages)
 	return a;
 }
 
-uintptr_t vmap_cache_grow_hot(uint64_t *pages)
+uintptr_t vmap_cache_refill(struct vmap_shard *s, uint64_t pages)
 {
-	struct vmap_tcache *tc = vmap_tc_state == TC_ACTIVE ? vmap_tc : NULL;
+	if (pages > CACHE_MAX_PAGES)
+		return 0;
+	struct vmap_tcache *tc = cache_get();
+	if (!tc)
+		return 0;
+	tc_enter(tc);
+	uintptr_t a = refill_held(tc, s, pages);
+	tc_leave(tc);
+	return a;
+}
+
+static inline __attribute__((always_inline)) uintptr_t grow_hot_held(struct vmap_tcache *tc, uint64_t *pages)
+{
 	uint64_t want = *pages;
-	if (!tc || !tc->hot || tc->hot_lent || want <= tc->hot_pages || want > CACHE_MAX_PAGES ||
+	if (!tc->hot || tc->hot_lent || want <= tc->hot_pages || want > CACHE_MAX_PAGES ||
 	    vmap_range_guard_on())
 		return 0;
 	if (vmap_cached_extend(tc->hot, tc->hot_pages, want) < 0)
@@ -294,16 +348,23 @@ uintptr_t vmap_cache_grow_hot(uint64_t *pages)
 	tc->hot_pages = want;
 	tc->bytes += extra;
 	vmap_stat_add_local(VMAP_STAT_thread_cached_bytes, (int64_t)extra);
-	return vmap_cache_pop(pages);
+	return pop_held(tc, pages);
 }
 
-bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages)
+uintptr_t vmap_cache_grow_hot(uint64_t *pages)
 {
-	if (pages > CACHE_MAX_PAGES)
-		return false;
-	struct vmap_tcache *tc = cache_get();
-	if (!tc || tc->consumer || (int)owner->id != tc->home)
-		return false;
+	struct vmap_tcache *tc = vmap_tc_state == TC_ACTIVE ? vmap_tc : NULL;
+	if (!tc)
+		return 0;
+	tc_enter(tc);
+	uintptr_t a = grow_hot_held(tc, pages);
+	tc_leave(tc);
+	return a;
+}
+
+static inline __attribute__((always_inline)) bool push_held(struct vmap_tcache *tc, struct vmap_shard *owner, uintptr_t a,
+		      uint64_t pages)
+{
 	check_epoch(tc);
 	uint64_t bytes = pages << VMAP_PAGE_SHIFT;
 	if (a == tc->hot && pages == tc->hot_lent) {
@@ -351,7 +412,7 @@ bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages)
 			/* (The freed area is in the hot slot when it displaced
 			 * another: drained with the rest, it is handled.) */
 			tc->consumer = true;
-			drain_all(tc);
+			drain_all(tc, vmap_os_now_ns());
 			if (displaced) {
 				drain_entries(&a, 1, vmap_os_now_ns());
 				return true;
@@ -371,6 +432,19 @@ bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages)
 	return true;
 }
 
+bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages)
+{
+	if (pages > CACHE_MAX_PAGES)
+		return false;
+	struct vmap_tcache *tc = cache_get();
+	if (!tc || tc->consumer || (int)owner->id != tc->home)
+		return false;
+	tc_enter(tc);
+	bool kept = push_held(tc, owner, a, pages);
+	tc_leave(tc);
+	return kept;
+}
+
 void vmap_cache_thread_exit(void)
 {
 	struct vmap_tcache *tc = vmap_tc;
@@ -378,7 +452,9 @@ void vmap_cache_thread_exit(void)
 	vmap_tc = NULL;
 	if (!tc)
 		return;
-	drain_all(tc);
+	tc_enter(tc);
+	drain_all(tc, vmap_os_now_ns());
+	tc_leave(tc);
 	vmap_lock(&cache_list_lock, VMAP_RANK_CACHE_LIST);
 	tc->next_free = cache_free_list;
 	cache_free_list = tc;
@@ -388,10 +464,48 @@ void vmap_cache_thread_exit(void)
 void vmap_cache_trim(void)
 {
 	__atomic_add_fetch(&vmap_trim_epoch, 1, __ATOMIC_RELAXED);
-	if (vmap_tc_state == TC_ACTIVE)
+	if (vmap_tc_state == TC_ACTIVE) {
+		tc_enter(vmap_tc);
 		check_epoch(vmap_tc);
+		tc_leave(vmap_tc);
+	}
 }
 
+/*
+ * An idle pass, from the age purge (the calling thread's own cache) or the
+ * purger thread (every thread's): a cache whose last operation is a delay
+ * and a half old by the coarse clock (which may be half a delay behind at
+ * that operation) is drained, its areas stamped as old so that the age purge
+ * releases them at once: the memory of a thread that went quiet.  Another
+ * thread's cache is reaped only where its lock protects it (cache_shared),
+ * and only if the lock is free (held: its owner is using it).  The cache of
+ * a thread that exited is empty (drained at exit); one left by a thread that
+ * did not survive a fork is idle and gets reaped.
+ */
+void vmap_cache_idle_pass(uint64_t now, bool others)
+{
+	__atomic_store_n(&vmap_cache_clock_ns, now, __ATOMIC_RELAXED);
+	if (!cache_on || (others && !cache_shared))
+		return;
+	uint64_t idle = vmap_opt.purge_delay_ms * 1500000ull;
+	if (!others) {
+		struct vmap_tcache *tc = vmap_tc_state == TC_ACTIVE ? vmap_tc : NULL;
+		if (tc && tc->bytes && now - tc->seen >= idle) {
+			tc_enter(tc);
+			drain_all(tc, 0);
+			tc_leave(tc);
+		}
+		return;
+	}
+	for (struct vmap_tcache *tc = __atomic_load_n(&cache_all, __ATOMIC_ACQUIRE); tc;
+	     tc = tc->next_all) {
+		if (__atomic_exchange_n(&tc->lock, 1, __ATOMIC_ACQUIRE))
+			continue;
+		if (tc->bytes && now - tc->seen >= idle)
+			drain_all(tc, 0);
+		__atomic_store_n(&tc->lock, 0, __ATOMIC_RELEASE);
+	}
+}
 
 uint64_t vmap_cache_pages_held(void)
 {

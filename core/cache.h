@@ -27,6 +27,12 @@ bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages);
 void vmap_cache_thread_exit(void);
 /* malloc_trim: every thread drains its cache on its next call; this one now. */
 void vmap_cache_trim(void);
+/* From the age purge and the purger thread: drains the caches idle for a
+ * delay and a half -- the calling thread's own, or with `others` (the
+ * purger thread, VMAPALLOC_BACKGROUND) every thread's. */
+void vmap_cache_idle_pass(uint64_t now, bool others);
+/* The coarse clock operations note (set by the passes and the tick). */
+extern uint64_t vmap_cache_clock_ns;
 /* Pages held in the calling thread's cache (debug model check). */
 uint64_t vmap_cache_pages_held(void);
 

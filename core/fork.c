@@ -13,6 +13,7 @@
 
 #include <gnu/lib-names.h>
 
+#include "background.h"
 #include "fmt.h"
 #include "lock.h"
 #include "range.h"
@@ -85,6 +86,7 @@ void vmap_fork_child(void)
 	if (fork_locked) {
 		vmap_locks_fork_child();
 	}
+	vmap_background_fork_child();
 	vmap_stats_fork_child(); /* the child's report is labelled with its parent */
 	vmap_depth_leave();
 }

@@ -17,6 +17,7 @@
 #include <gnu/lib-names.h>
 #include <sys/auxv.h>
 
+#include "background.h"
 #include "cache.h"
 #include "counter.h"
 #include "fast.h"
@@ -364,5 +365,6 @@ VMAP_START_TEXT void vmap_at_exit(void)
 {
 	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
 		return;
+	vmap_background_stop();
 	vmap_stats_at_exit(); /* if VMAPALLOC_STATS or VMAPALLOC_PROFILE is set */
 }

@@ -126,6 +126,11 @@ uint64_t vmap_os_now_ns(void);   /* CLOCK_MONOTONIC */
  * its data page and the look-up of its symbol -- than the call itself. */
 uint64_t vmap_os_now_ns_syscall(void);
 void vmap_os_yield(void);
+/* The calling thread's signal mask, raw (the kernel's 64-bit set): all
+ * blocked (the old mask in *old), or set back. */
+int vmap_os_block_signals(uint64_t *old);
+int vmap_os_set_signals(const uint64_t *mask);
+int vmap_os_thread_name(const char *name); /* PR_SET_NAME, up to 15 bytes */
 _Noreturn void vmap_os_abort(void);
 _Noreturn void vmap_os_exit(int code);
 

@@ -22,9 +22,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -506,6 +508,22 @@ uint64_t vmap_os_now_ns_syscall(void)
 void vmap_os_yield(void)
 {
 	SC(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+}
+
+int vmap_os_block_signals(uint64_t *old)
+{
+	uint64_t all = ~0ull;
+	return (int)SC(SYS_rt_sigprocmask, SIG_BLOCK, &all, old, sizeof all, 0, 0);
+}
+
+int vmap_os_set_signals(const uint64_t *mask)
+{
+	return (int)SC(SYS_rt_sigprocmask, SIG_SETMASK, mask, NULL, sizeof *mask, 0, 0);
+}
+
+int vmap_os_thread_name(const char *name)
+{
+	return (int)SC(SYS_prctl, PR_SET_NAME, name, 0, 0, 0, 0);
 }
 
 _Noreturn void vmap_os_abort(void)

@@ -18,14 +18,23 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
 	uint64_t pages = vmap_tag_pages(e->tag);
 	struct vmap_pool *p = &s->pool[pages];
-	e->next = p->head;
-	e->prev = 0;
 	e->stamp = now;
-	if (p->head)
-		vmap_pte_of(vmap_region_of(p->head), p->head)->prev = a;
-	else
+	if (!now && p->tail) {
+		/* Stamped as old as can be (a thread cache drained idle): at the
+		 * old end, where the age purge looks first. */
+		e->next = 0;
+		e->prev = p->tail;
+		vmap_pte_of(vmap_region_of(p->tail), p->tail)->next = a;
 		p->tail = a;
-	p->head = a;
+	} else {
+		e->next = p->head;
+		e->prev = 0;
+		if (p->head)
+			vmap_pte_of(vmap_region_of(p->head), p->head)->prev = a;
+		else
+			p->tail = a;
+		p->head = a;
+	}
 	__atomic_store_n(&p->count, p->count + 1, __ATOMIC_RELAXED);
 	s->pool_mask[pages >> 6] |= 1ull << (pages & 63);
 	s->pool_bytes += pages << VMAP_PAGE_SHIFT;

@@ -40,6 +40,7 @@
 #include <sys/uio.h>
 
 
+#include "cache.h"
 #include "counter.h"
 #include "options.h"
 #include "range.h"
@@ -478,33 +479,81 @@ static void limit_decays(uint64_t now)
 				 __ATOMIC_RELAXED);
 }
 
-void vmap_purge_maybe(uint64_t now)
+/*
+ * The age purge, at most once per delay: what waited longer than the delay
+ * goes.  First the idle pass of the thread caches (cache.c), whose idle
+ * areas are stamped old and so go in the same purge: the calling thread's
+ * own cache, or from the purger thread every thread's.  Memory cached only
+ * in thread caches counts: a thread that freed large blocks and then makes
+ * only small calls holds them there.
+ */
+static void age_purge(uint64_t now, uint64_t cached)
 {
-	uint64_t cached = approx(VMAP_STAT_cached_bytes);
+	uint64_t next = __atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED);
+	if (!vmap_opt.purge_delay_ms || now < next ||
+	    (!cached && !approx(VMAP_STAT_thread_cached_bytes)))
+		return;
+	if (next == 0) {
+		/* First time: nothing can be old yet; look again after one delay. */
+		__atomic_store_n(&vmap_purge_next_ns, now + vmap_opt.purge_delay_ms * 1000000ull,
+				 __ATOMIC_RELAXED);
+		return;
+	}
+	limit_decays(now);
+	vmap_cache_idle_pass(now, false);
+	purge(PURGE_AGE, now);
+}
+
+/* The pressure purge if the cache is over its limit: true if it was. */
+static bool pressure_check(uint64_t now, uint64_t cached)
+{
 	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
 	if (cached > limit && cached > (limit = pressure_limit())) {
 		int64_t futile = __atomic_load_n(&vmap_purge_futile_at, __ATOMIC_RELAXED);
 		if (futile >= 0 && (int64_t)cached < futile + (int64_t)(limit / 8))
-			return;
+			return true;
 		if (limit_grows(cached, now))
-			return;
+			return true;
 		size_t released = purge(PURGE_PRESSURE, now);
 		__atomic_store_n(&vmap_purge_futile_at, released ? -1 : (int64_t)cached, __ATOMIC_RELAXED);
-		return;
+		return true;
 	}
 	if (__atomic_load_n(&vmap_purge_futile_at, __ATOMIC_RELAXED) >= 0)
 		__atomic_store_n(&vmap_purge_futile_at, -1, __ATOMIC_RELAXED);
-	if (vmap_opt.purge_delay_ms && cached > 0 &&
-	    now >= __atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED)) {
-		if (__atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED) == 0) {
-			/* First time: nothing can be old yet; look again after one delay. */
-			__atomic_store_n(&vmap_purge_next_ns, now + vmap_opt.purge_delay_ms * 1000000ull,
-					 __ATOMIC_RELAXED);
-			return;
-		}
+	return false;
+}
+
+void vmap_purge_maybe(uint64_t now)
+{
+	uint64_t cached = approx(VMAP_STAT_cached_bytes);
+	if (!pressure_check(now, cached))
+		age_purge(now, cached);
+}
+
+void vmap_purge_tick(uint64_t now)
+{
+	__atomic_store_n(&vmap_cache_clock_ns, now, __ATOMIC_RELAXED);
+	if (vmap_opt.purge_delay_ms && now >= __atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED))
+		vmap_purge_maybe(now);
+}
+
+/*
+ * The purger thread's pass, every half delay: the idle pass of every
+ * thread's cache, then the age purge each time (not once per delay as on
+ * the allocator's calls: the thread costs the program nothing), so that an
+ * area goes back between one and one and a half delays after its free.
+ */
+void vmap_purge_background(uint64_t now)
+{
+	vmap_cache_idle_pass(now, true);
+	uint64_t cached = approx(VMAP_STAT_cached_bytes);
+	if (!pressure_check(now, cached) && cached) {
 		limit_decays(now);
 		purge(PURGE_AGE, now);
 	}
+	/* The purger thread's own figures (the drained caches' bytes): it
+	 * makes no call that would fold them. */
+	vmap_counter_flush_local();
 }
 
 size_t vmap_range_purge(bool all)

@@ -174,6 +174,12 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
 				   unsigned max);
 void vmap_purge_maybe(uint64_t now);
+/* From the allocator's calls, every 128th (alloc.c): the age purge if it is
+ * due.  Cheap when it is not: one load and compare. */
+void vmap_purge_tick(uint64_t now);
+/* The purger thread's pass (background.c): pressure, and the age purge with
+ * every thread's idle cache. */
+void vmap_purge_background(uint64_t now);
 /* Grows a cached area of the calling thread's into the free run after it
  * (cache.c's hot area); bytes taken from a resident run, or -1. */
 int64_t vmap_cached_extend(uintptr_t a, uint64_t pages, uint64_t want);
