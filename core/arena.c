@@ -339,15 +339,19 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	 *  - pages still resident in zero runs: a 2 MiB page a block faulted
 	 *    in reaches into them, and purging the block splits it and frees
 	 *    only the block's range;
-	 *  - the guard markers (or PROT_NONE) of pages the program unmapped
-	 *    (a guarded run): from now on they read zero, like every
-	 *    unclaimed chunk, instead of faulting;
 	 *  - MADV_HUGEPAGE: it comes back at the next claim.
-	 * If that fails (the VMA limit), a guarded run stays as it is (its
-	 * markers would go out with the chunk), a huge-page chunk's pages are
-	 * dropped and the rest stays as it was. */
-	bool remapped = vmap_os_map_fresh((void *)cs, ce - cs) == 0;
-	if (!remapped && state == VMAP_RUN_GUARDED)
+	 * A guarded run's chunks (pages the program unmapped, which must keep
+	 * faulting as the kernel's unmapped pages do) are mapped PROT_NONE
+	 * instead, as reserved: the claim makes them writable again.  If that
+	 * fails (the VMA limit), a guarded run stays as it is, a huge-page
+	 * chunk's pages are dropped and the rest stays as it was. */
+	bool guarded = state == VMAP_RUN_GUARDED;
+	bool remapped = guarded ? !vmap_os_is_err(vmap_os_mmap((void *)cs, ce - cs, PROT_NONE,
+								 MAP_PRIVATE | MAP_ANONYMOUS |
+									 MAP_FIXED | MAP_NORESERVE,
+								 -1, 0))
+				: vmap_os_map_fresh((void *)cs, ce - cs) == 0;
+	if (!remapped && guarded)
 		return;
 	uint64_t stamp = e->stamp;
 	vmap_run_take_locked(s, e, t);

@@ -82,6 +82,7 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 		if (vmap_opt.populate && *zero)
 			vmap_os_madvise((void *)a, (pages - !(tag & VMAP_TAG_MMAP)) << VMAP_PAGE_SHIFT,
 					MADV_POPULATE_WRITE);
+		vmap_purge_fresh((pages - resident) << VMAP_PAGE_SHIFT);
 	}
 	return (void *)a;
 }

@@ -131,6 +131,8 @@ int vmap_cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr
 		if (rc == 0)
 			state = VMAP_RUN_PROTECTED;
 	}
+	if (rc)
+		rc = vmap_guard_none(a, e - a, false);
 	if (rc) {
 		rc = make_unmapped(a, e, reset);
 		if (rc)
@@ -388,8 +390,10 @@ void *vmap_serve(size_t len, int flags)
 		return NULL;
 	if (!zero)
 		memset(p, 0, rounded);
-	else if (flags & MAP_POPULATE)
-		vmap_os_madvise(p, rounded, 23 /* MADV_POPULATE_WRITE */);
+	else if ((flags & MAP_POPULATE) &&
+		 vmap_os_madvise(p, rounded, 23 /* MADV_POPULATE_WRITE, Linux >= 5.14 */))
+		for (size_t off = 0; off < rounded; off += VMAP_PAGE)
+			((volatile char *)p)[off] = 0; /* older kernels: a write fault per page */
 	count(VMAP_STAT_mmap_served, 1);
 	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)rounded);
 	return p;

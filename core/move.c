@@ -135,7 +135,8 @@ bool vmap_moves_allowed(void)
 		return false;
 	/* What is not the lazily unmapped pieces' (two VMAs each at most). */
 	uint64_t extra = vmap_arena_extra_vmas();
-	uint64_t pieces = 2 * (uint64_t)__atomic_load_n(&vmap_protected_runs, __ATOMIC_RELAXED);
+	uint64_t pieces = 2 * (uint64_t)__atomic_load_n(&vmap_protected_runs, __ATOMIC_RELAXED) +
+			  __atomic_load_n(&vmap_none_vmas, __ATOMIC_RELAXED);
 	uint64_t moves = extra > pieces ? extra - pieces : 0;
 	__atomic_store_n(&vmap_moves, moves, __ATOMIC_RELAXED);
 	return moves + 2 <= max;

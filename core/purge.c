@@ -61,7 +61,12 @@ uint64_t vmap_lazy_limit;         /* the pressure limit now (see above) */
 uint64_t vmap_fresh_carves;
 static uint64_t vmap_pressure_ns; /* when the last pressure purge ran */
 
-enum purge_mode { PURGE_PRESSURE, PURGE_AGE, PURGE_ALL, PURGE_FORK };
+enum purge_mode { PURGE_PRESSURE, PURGE_FRESH, PURGE_AGE, PURGE_ALL, PURGE_FORK };
+
+/* Fresh memory carved since the cache last paid for it (vmap_purge_fresh),
+ * and what the purge in progress is to release for it. */
+static uint64_t vmap_fresh_debt;
+static uint64_t fresh_want; /* purge lock */
 
 /* The approximate read of a gauge, clamped at 0.  In per-CPU mode the base
  * alone can be below zero (one CPU's slot holds the frees, another's the
@@ -110,6 +115,8 @@ static unsigned collect(enum purge_mode mode, uint64_t older_than)
 		uint64_t cached = approx(VMAP_STAT_cached_bytes);
 		uint64_t target = pressure_limit() / 4 * 3;
 		want = cached > target ? cached - target : 0;
+	} else if (mode == PURGE_FRESH) {
+		want = fresh_want;
 	}
 	uint64_t taken = 0;
 	for (unsigned i = 0; i < vmap_nshards && n < PURGE_MAX_VICTIMS && taken < want; i++) {
@@ -119,7 +126,7 @@ static unsigned collect(enum purge_mode mode, uint64_t older_than)
 		vmap_shard_lock(s);
 		uint64_t before = taken;
 		n += vmap_dirty_take_locked(s, mode == PURGE_AGE ? older_than : 0, want - taken,
-					    victims + n, PURGE_MAX_VICTIMS - n, &taken, mode != PURGE_FORK);
+					    victims + n, PURGE_MAX_VICTIMS - n, &taken, true);
 		for (unsigned c = VMAP_NCLASSES; c-- > 0 && n < PURGE_MAX_VICTIMS && taken < want;) {
 			struct vmap_pool *p = &s->pool[c];
 			if (!p->count)
@@ -187,7 +194,9 @@ static unsigned release(unsigned n, int advice)
 			/* Lazily unmapped by the program (PROT_NONE, resident): the
 			 * pages go, the range must keep faulting. */
 			void *a = (void *)victims[i].a;
-			if (vmap_guard_markers()) {
+			if (vmap_guard_none(victims[i].a, len, true) == 0) {
+				/* The same VMA, its pages and page tables gone. */
+			} else if (vmap_guard_markers()) {
 				/* A run left guarded must read zero once unguarded:
 				 * when a call fails (ENOMEM), a fresh mapping drops
 				 * the pages (the range then does not fault). */
@@ -381,12 +390,13 @@ static unsigned sweep_remnants(void)
 	return calls;
 }
 
-static size_t purge(enum purge_mode mode, uint64_t now)
+static size_t purge(enum purge_mode mode, uint64_t now, uint64_t want)
 {
 	if (mode == PURGE_ALL || mode == PURGE_FORK)
 		vmap_lock(&vmap_purge_lock, VMAP_RANK_PURGE);
 	else if (!vmap_trylock(&vmap_purge_lock, VMAP_RANK_PURGE))
 		return 0; /* someone else is purging: carry on */
+	fresh_want = want;
 	unsigned cpu = vmap_os_cpu();
 	vmap_stat_add_cpu(cpu, VMAP_STAT_shared_lock_acquisitions, 1);
 	uint64_t delay = vmap_opt.purge_delay_ms * 1000000ull;
@@ -406,7 +416,7 @@ static size_t purge(enum purge_mode mode, uint64_t now)
 		if (mode == PURGE_PRESSURE &&
 		    approx(VMAP_STAT_cached_bytes) <= pressure_limit() / 4 * 3)
 			break;
-		if (mode == PURGE_AGE && n < PURGE_MAX_VICTIMS)
+		if ((mode == PURGE_AGE && n < PURGE_MAX_VICTIMS) || mode == PURGE_FRESH)
 			break;
 	}
 	if (delay)
@@ -501,7 +511,7 @@ static void age_purge(uint64_t now, uint64_t cached)
 	}
 	limit_decays(now);
 	vmap_cache_idle_pass(now, false);
-	purge(PURGE_AGE, now);
+	purge(PURGE_AGE, now, 0);
 }
 
 /* The pressure purge if the cache is over its limit: true if it was. */
@@ -514,7 +524,7 @@ static bool pressure_check(uint64_t now, uint64_t cached)
 			return true;
 		if (limit_grows(cached, now))
 			return true;
-		size_t released = purge(PURGE_PRESSURE, now);
+		size_t released = purge(PURGE_PRESSURE, now, 0);
 		__atomic_store_n(&vmap_purge_futile_at, released ? -1 : (int64_t)cached, __ATOMIC_RELAXED);
 		return true;
 	}
@@ -528,6 +538,40 @@ void vmap_purge_maybe(uint64_t now)
 	uint64_t cached = approx(VMAP_STAT_cached_bytes);
 	if (!pressure_check(now, cached))
 		age_purge(now, cached);
+}
+
+/*
+ * Fresh memory pays for itself out of the cache.  Pages carved from the zero
+ * runs fault in, while the areas cached did not fit the request: kept
+ * resident beside the new pages, they are what makes resident memory grow
+ * past the live heap.  So every fresh page carved releases one cached page,
+ * the oldest first, in batches of FRESH_BATCH, as long as more than
+ * FRESH_FLOOR is cached: resident memory grows with the program's heap and
+ * not with what the cache holds.  A program whose blocks fit the cache
+ * carves nothing fresh and keeps it all (the pressure limit and the age
+ * purge bound it).  The calling thread's own cache counts, and is drained
+ * into the pools first; other threads' caches are out of reach (bounded by
+ * VMAPALLOC_CACHE_BYTES each, and drained when idle).
+ *
+ * Cost: one madvise per batch, against FRESH_BATCH / 4 KiB page faults of
+ * about a microsecond each that the carve already pays.
+ */
+#define FRESH_BATCH (256u << 10)
+#define FRESH_FLOOR (vmap_lazy_max / 32)
+
+void vmap_purge_fresh(uint64_t bytes)
+{
+	if (__atomic_add_fetch(&vmap_fresh_debt, bytes, __ATOMIC_RELAXED) < FRESH_BATCH)
+		return;
+	uint64_t debt = __atomic_exchange_n(&vmap_fresh_debt, 0, __ATOMIC_RELAXED);
+	uint64_t own = vmap_cache_bytes_self();
+	uint64_t cached = approx(VMAP_STAT_cached_bytes) + own;
+	if (cached <= FRESH_FLOOR || vmap_opt.lazy_max)
+		return;
+	if (own)
+		vmap_cache_drain_self(vmap_os_now_ns());
+	uint64_t over = cached - FRESH_FLOOR;
+	purge(PURGE_FRESH, vmap_os_now_ns(), debt < over ? debt : over);
 }
 
 void vmap_purge_tick(uint64_t now)
@@ -549,7 +593,7 @@ void vmap_purge_background(uint64_t now)
 	uint64_t cached = approx(VMAP_STAT_cached_bytes);
 	if (!pressure_check(now, cached) && cached) {
 		limit_decays(now);
-		purge(PURGE_AGE, now);
+		purge(PURGE_AGE, now, 0);
 	}
 	/* The purger thread's own figures (the drained caches' bytes): it
 	 * makes no call that would fold them. */
@@ -560,20 +604,22 @@ size_t vmap_range_purge(bool all)
 {
 	if (!vmap_shards)
 		return 0;
-	return purge(all ? PURGE_ALL : PURGE_PRESSURE, vmap_os_now_ns());
+	return purge(all ? PURGE_ALL : PURGE_PRESSURE, vmap_os_now_ns(), 0);
 }
 
 void vmap_range_purge_for_fork(void)
 {
+	/* The forking thread's own cache too: the other threads' are theirs. */
+	vmap_cache_drain_self(0);
 	if (vmap_shards && approx(VMAP_STAT_cached_bytes))
-		purge(PURGE_FORK, vmap_os_now_ns());
+		purge(PURGE_FORK, vmap_os_now_ns(), 0);
 }
 
 size_t vmap_range_trim(void)
 {
 	if (!vmap_shards)
 		return 0;
-	size_t bytes = purge(PURGE_ALL, vmap_os_now_ns());
+	size_t bytes = purge(PURGE_ALL, vmap_os_now_ns(), 0);
 	vmap_lock(&vmap_purge_lock, VMAP_RANK_PURGE);
 	unsigned calls = sweep_remnants();
 	vmap_unlock(&vmap_purge_lock, VMAP_RANK_PURGE);

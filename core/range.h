@@ -174,6 +174,9 @@ void vmap_pool_push_locked(struct vmap_shard *s, struct vmap_pte *e, uintptr_t a
 unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr_t *out,
 				   unsigned max);
 void vmap_purge_maybe(uint64_t now);
+/* After carving `bytes` of fresh (faulting) memory, with no lock held: the
+ * cache pays for them, in batches (purge.c). */
+void vmap_purge_fresh(uint64_t bytes);
 /* From the allocator's calls, every 128th (alloc.c): the age purge if it is
  * due.  Cheap when it is not: one load and compare. */
 void vmap_purge_tick(uint64_t now);
@@ -197,6 +200,12 @@ int vmap_unguard(uintptr_t a, uint64_t pages);
 /* 0, or -errno: the pages could not be made writable (they stay PROT_NONE). */
 int vmap_unprotect(uintptr_t a, uint64_t pages);
 extern int vmap_protected_runs;
+/* Makes [a, a+len) fault as unmapped with a fresh PROT_NONE mapping (vm.c),
+ * within the VMA budget unless `counted` (the pages are PROT_NONE already:
+ * a lazily unmapped run). 0, or -errno: nothing changed. */
+int vmap_guard_none(uintptr_t a, size_t len, bool counted);
+extern uint64_t vmap_none_vmas; /* VMAs PROT_NONE pieces may have cut, an upper bound */
+extern bool vmap_none_made;
 /* Carves `pages` pages (all of them usable when tag has VMAP_TAG_MMAP) with
  * the shard lock held on entry; releases it.  *zero: contents known zero. */
 void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu, uint64_t pages, bool big, size_t align,

@@ -58,9 +58,65 @@ bool vmap_guard_markers(void)
 int vmap_unguard(uintptr_t a, uint64_t pages)
 {
 	size_t len = (size_t)pages << VMAP_PAGE_SHIFT;
-	if (!(vmap_guard_markers() ? vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE)
-				   : vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE)))
+	bool markers = vmap_guard_markers();
+	int rc = markers ? vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE) : 0;
+	/* Some guarded pages may be PROT_NONE pieces instead (below). */
+	if (!rc && (!markers || __atomic_load_n(&vmap_none_made, __ATOMIC_RELAXED)))
+		rc = vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE);
+	if (!rc)
 		return 0;
 	return vmap_os_map_fresh((void *)a, len);
+}
+
+/*
+ * PROT_NONE pieces.  Guard markers make unmapped pages fault without cutting
+ * the arena's VMA, but each marker is a page-table entry that fork copies
+ * one by one: 56 MiB of them (CPython's freed arenas) doubled the cost of
+ * every fork.  A fresh PROT_NONE mapping over the pages faults the same way,
+ * drops them and the page tables under them, and fork copies nothing of
+ * it (no anonymous pages); adjacent pieces merge into one VMA, and a piece
+ * made writable again merges back into the arena's.  Each costs up to two
+ * VMAs, so they share a third of the VMA budget with the lazily unmapped
+ * runs (two each); past it, markers.  vmap_none_vmas counts two per piece
+ * made, an upper bound: when it reaches the share, the arena's VMAs are
+ * counted again in /proc/self/maps (at most every NONE_RECOUNT_NS), less
+ * the moves' and the lazily unmapped runs'.  A guarded run may thus hold
+ * markers and PROT_NONE pages both: vmap_unguard clears either.
+ */
+#define NONE_RECOUNT_NS (10 * 1000000ull)
+uint64_t vmap_none_vmas;
+bool vmap_none_made;
+static uint64_t none_counted_ns;
+
+static bool none_fits(void)
+{
+	uint64_t share = vmap_vma_budget() / 3;
+	uint64_t lazy = 2 * (uint64_t)__atomic_load_n(&vmap_protected_runs, __ATOMIC_RELAXED);
+	uint64_t none = __atomic_load_n(&vmap_none_vmas, __ATOMIC_RELAXED);
+	if (none + lazy + 2 <= share)
+		return true;
+	uint64_t now = vmap_os_now_ns(), last = __atomic_load_n(&none_counted_ns, __ATOMIC_RELAXED);
+	if (now - last < NONE_RECOUNT_NS ||
+	    !__atomic_compare_exchange_n(&none_counted_ns, &last, now, false, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED))
+		return false;
+	uint64_t extra = vmap_arena_extra_vmas();
+	uint64_t others = lazy + __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED);
+	none = extra > others ? extra - others : 0;
+	__atomic_store_n(&vmap_none_vmas, none, __ATOMIC_RELAXED);
+	return none + lazy + 2 <= share;
+}
+
+int vmap_guard_none(uintptr_t a, size_t len, bool counted)
+{
+	if (!counted && !none_fits())
+		return -ENOMEM;
+	void *m = vmap_os_mmap((void *)a, len, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (vmap_os_is_err(m))
+		return -vmap_os_err(m);
+	__atomic_store_n(&vmap_none_made, true, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&vmap_none_vmas, 2, __ATOMIC_RELAXED);
+	return 0;
 }
 

@@ -737,9 +737,9 @@ Test(purge, zero_and_guarded_runs_merge_and_are_reused_as_one)
 }
 
 /* A chunk that holds nothing but zero runs and pieces the program unmapped
- * goes back to the arena at the trim, mapped afresh (no marker left, pages
- * and its page-table slice dropped); where it cannot be mapped afresh it stays
- * guarded, claimed (F22). */
+ * goes back to the arena at the trim, mapped afresh PROT_NONE (pages, markers
+ * and its page-table slice dropped, the unmapped pages still faulting);
+ * where it cannot be mapped afresh it stays guarded, claimed. */
 Test(purge, a_guarded_chunk_goes_back_at_the_trim)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
@@ -758,13 +758,13 @@ Test(purge, a_guarded_chunk_goes_back_at_the_trim)
 	cr_assert(!vmap_chunk_is_free(r->chunk_owner[ci]), "an unmap gives nothing back");
 	vmap_range_purge(true);
 	cr_assert(!vmap_chunk_is_free(r->chunk_owner[ci]), "nor does a purge with no victim there");
-	/* The system refuses the fresh mapping: the run keeps its markers. */
-	fake_fail_next(FAKE_MAP_FRESH, 1, ENOMEM);
+	/* The system refuses the PROT_NONE mapping: the run stays as it is. */
+	fake_fail_next(FAKE_MMAP, 1, ENOMEM);
 	vmap_range_trim();
 	cr_assert(!vmap_chunk_is_free(r->chunk_owner[ci]));
 	cr_assert_eq(vmap_tag_run_state(tag_of(m)), VMAP_RUN_GUARDED);
 	cr_assert_eq(ctr(VMAP_STAT_chunks_returned), 0);
-	fake_fail_clear(FAKE_MAP_FRESH);
+	fake_fail_clear(FAKE_MMAP);
 	vmap_range_trim();
 	cr_assert(vmap_chunk_is_free(r->chunk_owner[ci]));
 	unsigned char vec[1]; /* (before tag_of reads it: the zero page would count) */
@@ -773,10 +773,11 @@ Test(purge, a_guarded_chunk_goes_back_at_the_trim)
 	cr_assert_eq(tag_of(m), 0);
 	cr_assert_eq(ctr(VMAP_STAT_chunks_returned), 1);
 	cr_assert_eq(vmap_shards[0].free_pages[vmap_run_list(false, VMAP_RUN_GUARDED)], 0);
+	/* PROT_NONE, as reserved: the unmapped pages still fault, and the
+	 * next claim makes the chunk writable again. */
 	char perms[5];
 	maps_perms(c0, perms);
-	cr_assert_str_eq(perms, "rw-p");
-	cr_assert(all_zero(m, 8 * MiB), "no marker left: reads zero");
+	cr_assert_str_eq(perms, "---p");
 	vmap_range_check();
 }
 
@@ -793,6 +794,7 @@ Test(purge, a_guarded_run_that_cannot_be_unguarded_is_never_handed_out)
 	char *m = served(8 * MiB);
 	void *keep = alloc_ok(A64K);
 	cr_assert_eq((char *)keep, m + 8 * MiB, "the block follows the mapping");
+	fake_fail_next(FAKE_MMAP, 1, ENOMEM); /* no PROT_NONE piece: markers */
 	cr_assert_eq(vmap_munmap(m, 8 * MiB), 0);
 	cr_assert_eq(vmap_tag_run_state(tag_of(m)), VMAP_RUN_GUARDED);
 	fake_fail_always(FAKE_MADVISE, ENOMEM);
