@@ -88,6 +88,21 @@ static uint64_t approx(enum vmap_stat s)
  * twice the live heap plus the limit, as the adaptive limit allowed already.
  * A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no floor.
  */
+static uint64_t big_free_max; /* the largest area freed to the runs since the last age purge */
+
+void vmap_purge_note_big_free(uint64_t bytes)
+{
+	if (bytes > __atomic_load_n(&big_free_max, __ATOMIC_RELAXED))
+		__atomic_store_n(&big_free_max, bytes, __ATOMIC_RELAXED);
+}
+
+/*
+ * A limit raised for a refaulting loop keeps what the loop needs: the
+ * biggest block it frees and allocates again, on top of the heap in use.
+ * When the program frees most of its heap (a run winding down), the rest of
+ * the raised limit is not kept for it: capped at twice the bytes in use plus
+ * vmap_lazy_max plus the largest area freed since the last age purge.
+ */
 static uint64_t pressure_limit(void)
 {
 	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
@@ -98,6 +113,8 @@ static uint64_t pressure_limit(void)
 	int64_t large = vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
 			vmap_local.n[VMAP_STAT_large_bytes_in_use];
 	uint64_t in_use = large > 0 ? (uint64_t)large : 0;
+	uint64_t cap = 2 * in_use + vmap_lazy_max + __atomic_load_n(&big_free_max, __ATOMIC_RELAXED);
+	limit = limit < cap ? limit : cap;
 	return in_use > limit ? in_use : limit;
 }
 
@@ -510,6 +527,7 @@ static void age_purge(uint64_t now, uint64_t cached)
 		return;
 	}
 	limit_decays(now);
+	__atomic_store_n(&big_free_max, 0, __ATOMIC_RELAXED);
 	vmap_cache_idle_pass(now, false);
 	purge(PURGE_AGE, now, 0);
 }
@@ -517,7 +535,7 @@ static void age_purge(uint64_t now, uint64_t cached)
 /* The pressure purge if the cache is over its limit: true if it was. */
 static bool pressure_check(uint64_t now, uint64_t cached)
 {
-	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
+	uint64_t limit = vmap_lazy_max; /* no limit is lower: one compare in the common case */
 	if (cached > limit && cached > (limit = pressure_limit())) {
 		int64_t futile = __atomic_load_n(&vmap_purge_futile_at, __ATOMIC_RELAXED);
 		if (futile >= 0 && (int64_t)cached < futile + (int64_t)(limit / 8))
