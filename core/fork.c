@@ -1,13 +1,24 @@
 /*
  * fork.c — the allocator's fork handlers: registered at init (so that they
- * run last among prepare handlers and first after fork), they take the purge
- * lock, every shard lock, then the global lock — the rank order of lock.h.
+ * run last among prepare handlers and first after fork), they take glibc's
+ * stdio list lock, then the purge lock, every shard lock, then the global
+ * lock — the rank order of lock.h.
  * Not when no second thread ever called in (nobody else can hold them; glibc
  * skips its own malloc locks then too) or when fork() comes from a signal
  * handler that interrupted this thread inside the range allocator (it holds
  * them itself).  From prepare to parent/child the forking thread counts as
  * re-entered, so that fork handlers which run inside that window may
  * allocate (see "re-entry").
+ *
+ * The stdio list lock comes first, as in glibc's own fork (before its malloc
+ * locks): fork() takes it after the prepare handlers, and its holder
+ * (fflush(NULL), fopen, exit) may wait for a FILE lock whose owner is in
+ * getline's realloc, waiting for a lock of ours.  Holding ours while fork
+ * waits for the list lock closed that circle.  It is a recursive lock:
+ * prepare takes it once, fork() once more; in the parent fork() releases its
+ * count and fork_parent ours; in the child fork() resets it (when it took
+ * it: more than one thread) and fork_child resets it too (_Fork, or a
+ * process glibc counts single-threaded, leaves it to us).
  */
 #include "alloc_impl.h"
 
@@ -27,8 +38,17 @@
  * check at load.  No DSO handle: the library is never unloaded
  * (-z nodelete), so the handlers need no unregistering.
  */
+/* glibc's stdio list lock (genops.c), found with the handlers: NULL on a
+ * libc without them, and then not taken. */
+static void (*stdio_list_lock)(void), (*stdio_list_unlock)(void), (*stdio_list_reset)(void);
+
 void vmap_fork_register(void)
 {
+	stdio_list_lock = (__typeof__(stdio_list_lock))vmap_elf_symbol(LIBC_SO, "_IO_list_lock");
+	stdio_list_unlock = (__typeof__(stdio_list_unlock))vmap_elf_symbol(LIBC_SO, "_IO_list_unlock");
+	stdio_list_reset = (__typeof__(stdio_list_reset))vmap_elf_symbol(LIBC_SO, "_IO_list_resetlock");
+	if (!stdio_list_lock || !stdio_list_unlock || !stdio_list_reset)
+		stdio_list_lock = NULL;
 	int (*reg)(void (*)(void), void (*)(void), void (*)(void), void *) =
 		(__typeof__(reg))vmap_elf_symbol(LIBC_SO, "__register_atfork");
 	if (!reg || reg(vmap_fork_prepare, vmap_fork_parent, vmap_fork_child, NULL) != 0)
@@ -67,6 +87,8 @@ void vmap_fork_prepare(void)
 		return;
 	/* Another thread setting up the arena finishes first (the child could
 	 * not: it would wait for it forever). */
+	if (stdio_list_lock)
+		stdio_list_lock();
 	vmap_range_setup_wait();
 	vmap_locks_fork_prepare();
 }
@@ -75,6 +97,8 @@ void vmap_fork_parent(void)
 {
 	if (fork_locked) {
 		vmap_locks_fork_parent();
+		if (stdio_list_lock)
+			stdio_list_unlock();
 	}
 	vmap_depth_leave();
 }
@@ -85,6 +109,8 @@ void vmap_fork_child(void)
 	 * thread, which releases them when the handler returns. */
 	if (fork_locked) {
 		vmap_locks_fork_child();
+		if (stdio_list_lock)
+			stdio_list_reset();
 	}
 	vmap_background_fork_child();
 	vmap_stats_fork_child(); /* the child's report is labelled with its parent */
