@@ -526,11 +526,15 @@ int vmap_posix_memalign(void **out, size_t align, size_t size)
 {
 	if (!pow2(align) || align % sizeof(void *) != 0)
 		return EINVAL;
+	/* errno: ENOMEM on failure, as glibc's sets it (the return value says
+	 * so too; programs check both); untouched on success. */
 	int saved = errno;
 	void *p = aligned(align, size);
-	errno = saved;
-	if (!p)
+	if (!p) {
+		errno = ENOMEM;
 		return ENOMEM;
+	}
+	errno = saved;
 	*out = p;
 	return 0;
 }
