@@ -623,6 +623,12 @@ struct mallinfo2 vmap_mallinfo2(void)
 	mi.uordblks += live;
 	mi.fordblks += cached;
 	mi.keepcost += cached;
+	/* The builtin slabs as glibc reports its heap: in use and free. */
+	uint64_t slab_used, slab_rest;
+	vmap_slab_usage(&slab_used, &slab_rest);
+	mi.arena += slab_used + slab_rest;
+	mi.uordblks += slab_used;
+	mi.fordblks += slab_rest;
 	return mi;
 }
 

@@ -229,10 +229,9 @@ void vmap_report_derive(struct vmap_figures *f)
 	f->is = is;
 
 	v[FIG_threads_other] = v[FIG_threads] ? v[FIG_threads] - 1 : 0;
-	v[FIG_small_all] = v[FIG_small_in_use] + v[FIG_slab_bytes] + v[FIG_large_bytes_in_use] +
+	v[FIG_small_all] = v[FIG_small_in_use] + v[FIG_slab_in_use] + v[FIG_large_bytes_in_use] +
 			   v[FIG_mmap_bytes_in_use];
-	v[FIG_bytes_in_use] =
-		v[FIG_small_in_use] + v[FIG_large_bytes_in_use] + v[FIG_mmap_bytes_in_use];
+	v[FIG_bytes_in_use] = v[FIG_small_all];
 	v[FIG_counter_switch_ns] = v[FIG_switch_ns] == 1 ? 0 : v[FIG_switch_ns];
 	v[FIG_lazy_max] = vmap_lazy_max;
 	v[FIG_lazy_limit] = vmap_lazy_limit;
@@ -270,6 +269,8 @@ void vmap_report_collect(struct vmap_figures *f, int when)
 	v[FIG_lazy_free] = field(buf, "LazyFree:", &found) * 1024;
 	f->is |= found ? IS_ROLLUP : 0;
 	v[FIG_maps] = count_mappings(&v[FIG_own_maps]);
+	uint64_t slab_rest;
+	vmap_slab_usage(&v[FIG_slab_in_use], &slab_rest); /* no lock: fine in a handler */
 	v[FIG_max_maps] = vmap_os_read_number("/proc/sys/vm/max_map_count");
 	if (when != VMAP_WHEN_SIGNAL && vmap_libc.mallinfo2) {
 		/* glibc's own figures: it takes its arena locks, so never here

@@ -53,6 +53,7 @@ enum vmap_fig {
 	FIG_shards,           /* shards of the arena, 0 before it is set up */
 	FIG_thread_cache_bytes, /* cached_bytes not in a shard's pools or runs */
 	FIG_large_served,     /* pool_hits + run_hits + pool_misses */
+	FIG_slab_in_use,      /* bytes of the builtin slabs' objects in use (mallinfo's) */
 	FIG_COUNT
 };
 _Static_assert(FIG_large_bytes_peak == (int)VMAP_STAT_COUNT, "statistics first");
