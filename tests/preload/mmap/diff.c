@@ -3113,8 +3113,9 @@ static void c_threads_churn(void)
 
 /*
  * vmapalloc's own memory (a live large malloc block) must not be destroyed by
- * munmap, mremap or MAP_FIXED: the call fails with EINVAL and vmapalloc prints
- * one diagnostic line on stderr.  Free address space of vmapalloc's arena is
+ * munmap or mremap: the call fails with EINVAL and vmapalloc prints one
+ * diagnostic line on stderr.  MAP_FIXED over it gets the kernel's answer: the
+ * pages are the program's from then on (pl-map-fixed-block).  Free address space of vmapalloc's arena is
  * served as unmapped memory would be.  These are not compared with the kernel
  * (which would destroy the block); each prints ok/FAIL lines.
  */
@@ -3134,6 +3135,7 @@ static void check(int cond, const char *fmt, ...)
 }
 
 static int (*vm_owns)(const void *);
+static size_t (*vm_purge)(void);
 
 /* Capture of what vmapalloc writes to fd 2 during one call. */
 static int cap_fd = -1, cap_saved = -1;
@@ -3263,26 +3265,51 @@ static void pl_map_fixed_block(void)
     char *p = big_block(203);
     if (!p)
         return;
+    /* NOREPLACE: the block is mapped memory, the kernel's EEXIST, no line. */
     cap_begin();
     errno = 0;
-    void *q = mmap(p + PG, PG, RW, PA | MAP_FIXED, -1, 0);
+    void *q = mmap(p + PG, PG, RW, PA | MAP_FIXED_NOREPLACE, -1, 0);
     int e = errno;
-    expect_one_line("MAP_FIXED over the block");
-    check(q == MAP_FAILED && e == EINVAL, "MAP_FIXED over the block fails with EINVAL (got %s %s)",
-          q == MAP_FAILED ? "MAP_FAILED" : "a mapping", ename(e));
-    cap_begin();
-    errno = 0;
-    q = mmap(p + PG, PG, RW, PA | MAP_FIXED_NOREPLACE, -1, 0);
-    e = errno;
     char first[300];
     int pref;
     int lines = cap_end(first, sizeof first, &pref);
-    check(lines <= 1 && pref, "MAP_FIXED_NOREPLACE over the block: at most one 'vmapalloc: ' line (got %d)",
-          lines);
-    check(q == MAP_FAILED && (e == EEXIST || e == EINVAL),
-          "MAP_FIXED_NOREPLACE over the block fails (got %s %s)",
-          q == MAP_FAILED ? "MAP_FAILED" : "a mapping", ename(e));
-    block_intact_and_free(p, 203);
+    check(q == MAP_FAILED && e == EEXIST && lines == 0,
+          "MAP_FIXED_NOREPLACE over the block fails with EEXIST, silently (got %s %s, %d line(s))",
+          q == MAP_FAILED ? "MAP_FAILED" : "a mapping", ename(e), lines);
+    /* MAP_FIXED: the kernel lets the program map over its own block. */
+    cap_begin();
+    errno = 0;
+    q = mmap(p + PG, PG, RW, PA | MAP_FIXED, -1, 0);
+    e = errno;
+    lines = cap_end(first, sizeof first, &pref);
+    check(q == p + PG && lines == 0, "MAP_FIXED over the block succeeds, silently (got %s %s, "
+          "%d line(s))", q == MAP_FAILED ? "MAP_FAILED" : "a mapping", ename(e), lines);
+    if (q != p + PG)
+        return;
+    check(p[PG] == 0 && p[2 * PG - 1] == 0, "the program's new page reads zero");
+    memset(p + PG, 0x77, PG);
+    check(bad_page(p, 0, 1, 203) < 0 && bad_page(p, 2, 8 * MiB / PG - 2, 203) < 0,
+          "the rest of the block keeps its content");
+    errno = 1789;
+    p_free(p);
+    check(errno == 1789, "free of the mapped-over block keeps errno (got %s)", ename(errno));
+    /* The program's page is never handed out, purged or mapped afresh. */
+    char *got[8];
+    int overlap = 0;
+    for (int i = 0; i < 8; i++) {
+        got[i] = p_malloc(8 * MiB);
+        if (got[i] && got[i] < p + 8 * MiB && got[i] + 8 * MiB > p)
+            overlap++;
+        if (got[i])
+            memset(got[i], 0x11, 8 * MiB);
+    }
+    for (int i = 0; i < 8; i++)
+        p_free(got[i]);
+    if (vm_purge)
+        vm_purge();
+    check(overlap == 0, "no new block overlaps the freed mapped-over block (%d did)", overlap);
+    check(p[PG] == 0x77 && p[2 * PG - 1] == 0x77, "the program's page keeps its content");
+    check(munmap(p + PG, PG) == 0, "the program unmaps its page");
 }
 
 static void pl_mremap_block(void)
@@ -3728,7 +3755,7 @@ static const struct tcase cases[] = {
 static const struct tcase pl_cases[] = {
     C("pl-munmap-block-head", pl_munmap_block_head, "munmap of the first page of malloc(8 MiB): EINVAL, one line, free works"),
     C("pl-munmap-block-middle", pl_munmap_block_middle, "munmap inside, and over and beyond, a malloc block: EINVAL"),
-    C("pl-map-fixed-block", pl_map_fixed_block, "MAP_FIXED over a live malloc block: EINVAL; NOREPLACE fails"),
+    C("pl-map-fixed-block", pl_map_fixed_block, "MAP_FIXED over a live malloc block: the kernel's answer; NOREPLACE: EEXIST"),
     C("pl-mremap-block", pl_mremap_block, "mremap of a malloc block (grow, shrink, in place) and onto it: EINVAL"),
     C("pl-munmap-freed-block", pl_munmap_freed_block, "munmap of a freed block's space: 0, malloc keeps working"),
     C("pl-map-fixed-freed-block", pl_map_fixed_freed_block, "MAP_FIXED at a freed block's space gets it; malloc stays out"),
@@ -3756,6 +3783,7 @@ static const struct tcase *find(const struct tcase *t, size_t n, const char *nam
 static int run_preload_only(const char **names, int nnames)
 {
     vm_owns = (int (*)(const void *))dlsym(RTLD_DEFAULT, "vmapalloc_owns");
+    vm_purge = (size_t (*)(void))dlsym(RTLD_DEFAULT, "vmapalloc_purge");
     if (!vm_owns) {
         T("FAIL: not running under vmapalloc (no vmapalloc_owns)");
         return 1;
