@@ -6,12 +6,13 @@
  *                                                     or the builtin slabs)
  *   larger, page-aligned or page-granular requests -> range allocator
  *   pointer outside every arena region             -> glibc (its own, or
- *                                                     allocated before us)
- *   ... that cannot be glibc's (stack, static data) -> left alone, counted,
- *                                                     said once (foreign.c)
+ *                                                     allocated before us,
+ *                                                     or none: glibc stops
+ *                                                     the program as it
+ *                                                     would without us)
  *
- * Start-up and mode state are init.c's, fork handlers fork.c's, foreign
- * pointers and escape blocks foreign.c's.
+ * Start-up and mode state are init.c's, fork handlers fork.c's, parked frees
+ * and escape blocks escape.c's.
  *
  * Invariants:
  *  - Every entry point calls enter() first (alloc_impl.h): init runs on the
@@ -267,11 +268,9 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 		   vmap_free_escape(p)) {
 		return;
 	} else {
-		int kind = foreign_kind(p);
-		if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
-			vmap_foreign(p, kind, "free");
-			return;
-		}
+		/* glibc's block, or no block at all (on the stack, in static
+		 * data): glibc's free, which stops the program on a pointer it
+		 * does not know, as it would without vmapalloc. */
 		count(VMAP_STAT_small_frees);
 		small_free(p);
 	}
@@ -367,11 +366,6 @@ static size_t usable(void *p)
 	struct escape *e = escape_of(p);
 	if (e)
 		return e->len;
-	int kind = foreign_kind(p);
-	if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
-		vmap_foreign(p, kind, "malloc_usable_size");
-		return 0; /* as for NULL: nothing there to use */
-	}
 	return vmap_libc.usable_size(p);
 }
 
@@ -429,17 +423,8 @@ void *vmap_realloc(void *p, size_t size)
 	} else if (!vmap_range_owns(p) && (e = escape_of(p))) {
 		q = realloc_copy(p, e->len, size);
 	} else if (!vmap_range_owns(p)) {
-		int kind = foreign_kind(p);
-		if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
-			/* Left alone as free leaves it; the failure return tells
-			 * the caller p is still its own, unchanged.  EINVAL, not
-			 * ENOMEM: nothing ran out.  (A non-live pointer inside the
-			 * arena aborts: that one is certainly a use after free.) */
-			vmap_foreign(p, kind, "realloc");
-			errno = EINVAL;
-			return NULL;
-		}
-		/* glibc's block: glibc resizes it while it stays small. */
+		/* glibc's block (or none: glibc stops the program): glibc
+		 * resizes it while it stays small. */
 		if (!is_large(size)) {
 			q = vmap_libc.realloc(p, size);
 		} else {

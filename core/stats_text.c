@@ -70,7 +70,6 @@ static const struct text_piece lines[] = {
 	{IS_NO_SLABS, "small (glibc) / large", "", {0}},
 	{0, "", "%U / %U allocations (%B large in total); frees %U / %U",
 	 {F(small_allocs), F(large_allocs), F(large_bytes_allocated), F(small_frees), F(large_frees)}},
-	{IS_FOREIGN, "", "; foreign pointers left alone %U", {F(foreign_pointers)}},
 
 	{0, "large reuse", "pool hits %U (%P), resident runs %U (%P; %U from another shard)",
 	 {F(pool_hits), F(pool_hits), F(large_served), F(run_hits), F(run_hits), F(large_served),

@@ -521,7 +521,6 @@ static void report_figures(struct vmap_figures *f, bool in_signal)
 		strcpy(f->comm, "sig");
 		v[FIG_threads] = 1;
 		v[FIG_slabs_made] = 0;
-		v[FIG_foreign_pointers] = 0;
 		vmap_lazy_limit = vmap_lazy_max;
 		vmap_opt.purge_delay_ms = 0;
 		vmap_opt.purge_advice = VMAP_ADVICE_DONTNEED;
@@ -579,7 +578,7 @@ Test(report, text_of_chosen_figures_is_exact)
 		"  calls                     malloc 79453195, free 71705005, calloc 97020549, "
 		"realloc 33279475, aligned 11058793\n"
 		"  small / large             36367867 / 63777779 allocations (60.2 MiB large in "
-		"total); frees 18751788 / 36419268; foreign pointers left alone 46377690\n"
+		"total); frees 18751788 / 36419268\n"
 		"  large reuse               pool hits 65295790 (37.6%), resident runs 25209145 "
 		"(14.5%; 22668163 from another shard), fresh 83282976 (page faults; 28047748 "
 		"extending a resident run); calloc zeroing skipped 65322161\n"
