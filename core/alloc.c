@@ -182,7 +182,12 @@ __attribute__((always_inline)) static inline void *large_alloc(size_t size, size
 	if (p)
 		return p;
 	*zero = false;
-	return align <= SMALL_ALIGN ? small_malloc(size) : vmap_libc.memalign(align, size);
+	if (align <= SMALL_ALIGN)
+		return small_malloc(size);
+	p = vmap_libc.memalign(align, size);
+	/* glibc maps size + align to trim: under a tight RLIMIT_AS an escape
+	 * block may still fit, placed at an aligned address (escape.c). */
+	return p || align <= VMAP_PAGE ? p : vmap_escape_alloc(size, align);
 }
 
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)

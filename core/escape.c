@@ -2,10 +2,12 @@
  * escape.c — what re-entered calls leave for later and get instead: the
  * drain of frees parked by re-entered calls, and the escape blocks (mapped
  * straight from the kernel, outside both allocators) that serve large
- * requests made while re-entered.
+ * requests made while re-entered, and aligned requests that neither the
+ * arena nor glibc could place (alloc.c large_alloc).
  */
 #include "alloc_impl.h"
 
+#include <errno.h>
 #include <sys/mman.h>
 
 #include "mmap.h"
@@ -38,6 +40,40 @@ void vmap_drain_one(uintptr_t a, size_t len)
 static struct escape escapes[ESCAPE_SLOTS];
 unsigned vmap_escape_live VMAP_HOT; /* claimed slots */
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#define ALIGNED_TRIES 8
+
+/*
+ * len bytes at an align-aligned address, without mapping len + align first
+ * as the trimmed over-map does (and glibc's memalign): under a tight
+ * RLIMIT_AS those align bytes can be what is missing (a 1 GiB-aligned block
+ * under a 2 GiB limit).  The kernel's own place for len, rounded down to the
+ * alignment, then up to ALIGNED_TRIES lower aligned addresses, each asked
+ * for with MAP_FIXED_NOREPLACE (a kernel before 4.17 takes it for a hint:
+ * a mapping elsewhere is given back).
+ */
+static void *map_aligned_exact(size_t len, size_t align)
+{
+	const int rw = PROT_READ | PROT_WRITE, anon = MAP_PRIVATE | MAP_ANONYMOUS;
+	void *m = vmap_os_mmap(NULL, len, rw, anon, -1, 0);
+	if (vmap_os_is_err(m) || !((uintptr_t)m & (align - 1)))
+		return m;
+	vmap_os_munmap(m, len);
+	uintptr_t a = (uintptr_t)m & ~(uintptr_t)(align - 1);
+	for (int i = 0; i < ALIGNED_TRIES && a; i++, a -= align) {
+		m = vmap_os_mmap((void *)a, len, rw, anon | MAP_FIXED_NOREPLACE, -1, 0);
+		if ((uintptr_t)m == a)
+			return m;
+		if (!vmap_os_is_err(m))
+			vmap_os_munmap(m, len);
+		if (a < align)
+			break;
+	}
+	return (void *)(intptr_t)-ENOMEM;
+}
+
 __attribute__((noinline, cold)) void *vmap_escape_alloc(size_t size, size_t align)
 {
 	size_t len = (size + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
@@ -55,6 +91,10 @@ __attribute__((noinline, cold)) void *vmap_escape_alloc(size_t size, size_t alig
 	void *m = e ? vmap_os_mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
 				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
 		    : NULL;
+	if (e && extra && vmap_os_is_err(m)) {
+		m = map_aligned_exact(len, align);
+		extra = 0; /* nothing to trim */
+	}
 	if (!e || vmap_os_is_err(m)) {
 		if (e)
 			__atomic_store_n(&e->a, 0, __ATOMIC_RELEASE);
