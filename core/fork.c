@@ -85,10 +85,10 @@ void vmap_fork_prepare(void)
 	vmap_depth_enter();
 	if (!fork_locked)
 		return;
+	if (stdio_list_lock)
+		stdio_list_lock(); /* first: see the head of this file */
 	/* Another thread setting up the arena finishes first (the child could
 	 * not: it would wait for it forever). */
-	if (stdio_list_lock)
-		stdio_list_lock();
 	vmap_range_setup_wait();
 	vmap_locks_fork_prepare();
 }
