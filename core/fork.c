@@ -38,22 +38,38 @@
  * check at load.  No DSO handle: the library is never unloaded
  * (-z nodelete), so the handlers need no unregistering.
  */
-/* glibc's stdio list lock (genops.c), found with the handlers: NULL on a
- * libc without them, and then not taken. */
-static void (*stdio_list_lock)(void), (*stdio_list_unlock)(void), (*stdio_list_reset)(void);
-
 void vmap_fork_register(void)
 {
-	stdio_list_lock = (__typeof__(stdio_list_lock))vmap_elf_symbol(LIBC_SO, "_IO_list_lock");
-	stdio_list_unlock = (__typeof__(stdio_list_unlock))vmap_elf_symbol(LIBC_SO, "_IO_list_unlock");
-	stdio_list_reset = (__typeof__(stdio_list_reset))vmap_elf_symbol(LIBC_SO, "_IO_list_resetlock");
-	if (!stdio_list_lock || !stdio_list_unlock || !stdio_list_reset)
-		stdio_list_lock = NULL;
 	int (*reg)(void (*)(void), void (*)(void), void (*)(void), void *) =
 		(__typeof__(reg))vmap_elf_symbol(LIBC_SO, "__register_atfork");
 	if (!reg || reg(vmap_fork_prepare, vmap_fork_parent, vmap_fork_child, NULL) != 0)
 		vmap_say("cannot register fork handlers (glibc's __register_atfork): ",
 			 "a child forked while another thread allocates may hang", NULL);
+}
+
+/*
+ * glibc's stdio list lock (genops.c): lock, unlock, reset.  Looked up at the
+ * first fork that takes the locks, not at init: a process that never forks
+ * writes no page of the library's data for them.  Racing first forks store
+ * the same values; `looked` is published last.  lock NULL: a libc without
+ * them, not taken.
+ */
+static struct {
+	void (*lock)(void), (*unlock)(void), (*reset)(void);
+	bool looked;
+} stdio_list;
+
+static void stdio_list_find(void)
+{
+	if (__atomic_load_n(&stdio_list.looked, __ATOMIC_ACQUIRE))
+		return;
+	void *l = vmap_elf_symbol(LIBC_SO, "_IO_list_lock");
+	void *u = vmap_elf_symbol(LIBC_SO, "_IO_list_unlock");
+	void *r = vmap_elf_symbol(LIBC_SO, "_IO_list_resetlock");
+	stdio_list.lock = l && u && r ? (void (*)(void))l : NULL;
+	stdio_list.unlock = (void (*)(void))u;
+	stdio_list.reset = (void (*)(void))r;
+	__atomic_store_n(&stdio_list.looked, true, __ATOMIC_RELEASE);
 }
 
 /* Whether vmap_fork_prepare took the locks, read by the parent/child ones on
@@ -85,8 +101,9 @@ void vmap_fork_prepare(void)
 	vmap_depth_enter();
 	if (!fork_locked)
 		return;
-	if (stdio_list_lock)
-		stdio_list_lock(); /* first: see the head of this file */
+	stdio_list_find();
+	if (stdio_list.lock)
+		stdio_list.lock(); /* first: see the head of this file */
 	/* Another thread setting up the arena finishes first (the child could
 	 * not: it would wait for it forever). */
 	vmap_range_setup_wait();
@@ -97,8 +114,8 @@ void vmap_fork_parent(void)
 {
 	if (fork_locked) {
 		vmap_locks_fork_parent();
-		if (stdio_list_lock)
-			stdio_list_unlock();
+		if (stdio_list.lock)
+			stdio_list.unlock();
 	}
 	vmap_depth_leave();
 }
@@ -109,8 +126,8 @@ void vmap_fork_child(void)
 	 * thread, which releases them when the handler returns. */
 	if (fork_locked) {
 		vmap_locks_fork_child();
-		if (stdio_list_lock)
-			stdio_list_reset();
+		if (stdio_list.lock)
+			stdio_list.reset();
 	}
 	vmap_background_fork_child();
 	vmap_stats_fork_child(); /* the child's report is labelled with its parent */
