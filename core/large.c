@@ -487,15 +487,10 @@ size_t vmap_fit_reservation(size_t want)
 	uint64_t cur, max;
 	if (vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur == UINT64_MAX)
 		return want;
-	/* Leave the program at least three quarters of what is left; under a
-	 * tight limit (below about 300 MiB, where a quarter is less than a
-	 * chunk) one chunk while it leaves half: a small arena still serves
-	 * the large blocks, none sends every one of them to glibc. */
+	/* Leave the program at least three quarters of what is left. */
 	uint64_t vsize = vmap_proc_vsize();
 	uint64_t avail = cur > vsize ? cur - vsize : 0;
 	uint64_t fit = (avail / 4) & ~(uint64_t)(VMAP_CHUNK - 1);
-	if (fit < VMAP_CHUNK && avail / 2 >= VMAP_CHUNK)
-		fit = VMAP_CHUNK;
 	return fit < want ? (size_t)fit : want;
 }
 
@@ -533,10 +528,9 @@ int vmap_range_init(void)
 	__atomic_store_n(&vmap_nshards, n, __ATOMIC_RELEASE);
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)vmap_shards_bytes);
 	vmap_reserve_size = vmap_fit_reservation(vmap_opt.reserve);
-	if (vmap_reserve_size < VMAP_CHUNK)
+	if (vmap_reserve_size < REGION_FLOOR)
 		return -ENOMEM;
-	int rc = vmap_region_add(vmap_reserve_size, vmap_reserve_size < REGION_FLOOR
-							   ? vmap_reserve_size : REGION_FLOOR);
+	int rc = vmap_region_add(vmap_reserve_size, REGION_FLOOR);
 	if (rc)
 		return rc;
 	vmap_moves_refused = false;
@@ -603,7 +597,7 @@ __attribute__((noinline, cold)) bool vmap_range_setup_slow(void)
 			/* Its set-up paid for, the arena takes all it is best at. */
 			__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
 		} else {
-			vmap_say("could not reserve an arena (the system or RLIMIT_AS refused even 64 MiB); ",
+			vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
 				 "large allocations go to glibc", NULL);
 		}
 		__atomic_store_n(&vmap_range_ok, ok, __ATOMIC_RELEASE);
