@@ -6,12 +6,13 @@
  *                                                     or the builtin slabs)
  *   larger, page-aligned or page-granular requests -> range allocator
  *   pointer outside every arena region             -> glibc (its own, or
- *                                                     allocated before us)
- *   ... that cannot be glibc's (stack, static data) -> left alone, counted,
- *                                                     said once (foreign.c)
+ *                                                     allocated before us,
+ *                                                     or none: glibc stops
+ *                                                     the program as it
+ *                                                     would without us)
  *
- * Start-up and mode state are init.c's, fork handlers fork.c's, foreign
- * pointers and escape blocks foreign.c's.
+ * Start-up and mode state are init.c's, fork handlers fork.c's, parked frees
+ * and escape blocks escape.c's.
  *
  * Invariants:
  *  - Every entry point calls enter() first (alloc_impl.h): init runs on the
@@ -181,7 +182,12 @@ __attribute__((always_inline)) static inline void *large_alloc(size_t size, size
 	if (p)
 		return p;
 	*zero = false;
-	return align <= SMALL_ALIGN ? small_malloc(size) : vmap_libc.memalign(align, size);
+	if (align <= SMALL_ALIGN)
+		return small_malloc(size);
+	p = vmap_libc.memalign(align, size);
+	/* glibc maps size + align to trim: under a tight RLIMIT_AS an escape
+	 * block may still fit, placed at an aligned address (escape.c). */
+	return p || align <= VMAP_PAGE ? p : vmap_escape_alloc(size, align);
 }
 
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
@@ -267,11 +273,9 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 		   vmap_free_escape(p)) {
 		return;
 	} else {
-		int kind = foreign_kind(p);
-		if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
-			vmap_foreign(p, kind, "free");
-			return;
-		}
+		/* glibc's block, or no block at all (on the stack, in static
+		 * data): glibc's free, which stops the program on a pointer it
+		 * does not know, as it would without vmapalloc. */
 		count(VMAP_STAT_small_frees);
 		small_free(p);
 	}
@@ -367,11 +371,6 @@ static size_t usable(void *p)
 	struct escape *e = escape_of(p);
 	if (e)
 		return e->len;
-	int kind = foreign_kind(p);
-	if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
-		vmap_foreign(p, kind, "malloc_usable_size");
-		return 0; /* as for NULL: nothing there to use */
-	}
 	return vmap_libc.usable_size(p);
 }
 
@@ -429,17 +428,8 @@ void *vmap_realloc(void *p, size_t size)
 	} else if (!vmap_range_owns(p) && (e = escape_of(p))) {
 		q = realloc_copy(p, e->len, size);
 	} else if (!vmap_range_owns(p)) {
-		int kind = foreign_kind(p);
-		if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
-			/* Left alone as free leaves it; the failure return tells
-			 * the caller p is still its own, unchanged.  EINVAL, not
-			 * ENOMEM: nothing ran out.  (A non-live pointer inside the
-			 * arena aborts: that one is certainly a use after free.) */
-			vmap_foreign(p, kind, "realloc");
-			errno = EINVAL;
-			return NULL;
-		}
-		/* glibc's block: glibc resizes it while it stays small. */
+		/* glibc's block (or none: glibc stops the program): glibc
+		 * resizes it while it stays small. */
 		if (!is_large(size)) {
 			q = vmap_libc.realloc(p, size);
 		} else {
@@ -526,11 +516,15 @@ int vmap_posix_memalign(void **out, size_t align, size_t size)
 {
 	if (!pow2(align) || align % sizeof(void *) != 0)
 		return EINVAL;
+	/* errno: ENOMEM on failure, as glibc's sets it (the return value says
+	 * so too; programs check both); untouched on success. */
 	int saved = errno;
 	void *p = aligned(align, size);
-	errno = saved;
-	if (!p)
+	if (!p) {
+		errno = ENOMEM;
 		return ENOMEM;
+	}
+	errno = saved;
 	*out = p;
 	return 0;
 }
@@ -619,6 +613,12 @@ struct mallinfo2 vmap_mallinfo2(void)
 	mi.uordblks += live;
 	mi.fordblks += cached;
 	mi.keepcost += cached;
+	/* The builtin slabs as glibc reports its heap: in use and free. */
+	uint64_t slab_used, slab_rest;
+	vmap_slab_usage(&slab_used, &slab_rest);
+	mi.arena += slab_used + slab_rest;
+	mi.uordblks += slab_used;
+	mi.fordblks += slab_rest;
 	return mi;
 }
 

@@ -1,7 +1,7 @@
 /*
  * alloc_impl.h — what the facade's files share (alloc.c, init.c, fork.c,
- * foreign.c): the mode state init sets, the entry test every call makes, and
- * the inline filters for foreign pointers and escape blocks.  Everything
+ * escape.c): the mode state init sets, the entry test every call makes, and
+ * the inline filter for escape blocks.  Everything
  * here that the malloc and free paths run is static inline: there is no LTO,
  * and a call across files would cost every call.
  */
@@ -52,43 +52,10 @@ void vmap_fork_prepare(void) VMAP_HIDDEN;
 void vmap_fork_parent(void) VMAP_HIDDEN;
 void vmap_fork_child(void) VMAP_HIDDEN;
 
-/* ---- foreign pointers and escape blocks (foreign.c) ----------------------- */
+/* ---- parked frees and escape blocks (escape.c) ---------------------------- */
 
-#define MAIN_STACK_WINDOW ((uintptr_t)8 << 20)
-#define THREAD_STACK_WINDOW ((uintptr_t)8 << 10)
-/* The program's loaded image, read inline by foreign_kind. */
-extern uintptr_t vmap_exe_lo VMAP_HIDDEN, vmap_exe_len VMAP_HIDDEN;
-
-enum { NOT_FOREIGN, FOREIGN_MISALIGNED, FOREIGN_EXE, FOREIGN_STACK };
-
-void vmap_foreign_init(const struct vmap_load *load) VMAP_HIDDEN;
-int vmap_foreign_kind_slow(uintptr_t a, uintptr_t sp) VMAP_HIDDEN;
-void vmap_foreign(const void *p, int kind, const char *who) VMAP_HIDDEN;
 /* One parked free (len 0) or munmap, done at depth 0 (thread.c). */
 void vmap_drain_one(uintptr_t a, size_t len) VMAP_HIDDEN;
-
-static inline uintptr_t stack_pointer(void)
-{
-	uintptr_t sp;
-#if defined(__x86_64__)
-	__asm__("mov %%rsp, %0" : "=r"(sp));
-#elif defined(__aarch64__)
-	__asm__("mov %0, sp" : "=r"(sp));
-#else
-	sp = (uintptr_t)__builtin_frame_address(0);
-#endif
-	return sp;
-}
-
-/* Which kind of foreign pointer p is, or NOT_FOREIGN (possibly glibc's). */
-static inline int foreign_kind(const void *p)
-{
-	uintptr_t a = (uintptr_t)p, sp = stack_pointer();
-	if (__builtin_expect((a & (SMALL_ALIGN - 1)) || a - vmap_exe_lo < vmap_exe_len ||
-				     a - sp < MAIN_STACK_WINDOW, 0))
-		return vmap_foreign_kind_slow(a, sp);
-	return NOT_FOREIGN;
-}
 
 /* Escape blocks: live at once, across threads.  A handler holds one for the
  * length of the handler, typically; when the table is full, NULL. */

@@ -1,13 +1,24 @@
 /*
  * fork.c — the allocator's fork handlers: registered at init (so that they
- * run last among prepare handlers and first after fork), they take the purge
- * lock, every shard lock, then the global lock — the rank order of lock.h.
+ * run last among prepare handlers and first after fork), they take glibc's
+ * stdio list lock, then the purge lock, every shard lock, then the global
+ * lock — the rank order of lock.h.
  * Not when no second thread ever called in (nobody else can hold them; glibc
  * skips its own malloc locks then too) or when fork() comes from a signal
  * handler that interrupted this thread inside the range allocator (it holds
  * them itself).  From prepare to parent/child the forking thread counts as
  * re-entered, so that fork handlers which run inside that window may
  * allocate (see "re-entry").
+ *
+ * The stdio list lock comes first, as in glibc's own fork (before its malloc
+ * locks): fork() takes it after the prepare handlers, and its holder
+ * (fflush(NULL), fopen, exit) may wait for a FILE lock whose owner is in
+ * getline's realloc, waiting for a lock of ours.  Holding ours while fork
+ * waits for the list lock closed that circle.  It is a recursive lock:
+ * prepare takes it once, fork() once more; in the parent fork() releases its
+ * count and fork_parent ours; in the child fork() resets it (when it took
+ * it: more than one thread) and fork_child resets it too (_Fork, or a
+ * process glibc counts single-threaded, leaves it to us).
  */
 #include "alloc_impl.h"
 
@@ -34,6 +45,31 @@ void vmap_fork_register(void)
 	if (!reg || reg(vmap_fork_prepare, vmap_fork_parent, vmap_fork_child, NULL) != 0)
 		vmap_say("cannot register fork handlers (glibc's __register_atfork): ",
 			 "a child forked while another thread allocates may hang", NULL);
+}
+
+/*
+ * glibc's stdio list lock (genops.c): lock, unlock, reset.  Looked up at the
+ * first fork that takes the locks, not at init: a process that never forks
+ * writes no page of the library's data for them.  Racing first forks store
+ * the same values; `looked` is published last.  lock NULL: a libc without
+ * them, not taken.
+ */
+static struct {
+	void (*lock)(void), (*unlock)(void), (*reset)(void);
+	bool looked;
+} stdio_list;
+
+static void stdio_list_find(void)
+{
+	if (__atomic_load_n(&stdio_list.looked, __ATOMIC_ACQUIRE))
+		return;
+	void *l = vmap_elf_symbol(LIBC_SO, "_IO_list_lock");
+	void *u = vmap_elf_symbol(LIBC_SO, "_IO_list_unlock");
+	void *r = vmap_elf_symbol(LIBC_SO, "_IO_list_resetlock");
+	stdio_list.lock = l && u && r ? (void (*)(void))l : NULL;
+	stdio_list.unlock = (void (*)(void))u;
+	stdio_list.reset = (void (*)(void))r;
+	__atomic_store_n(&stdio_list.looked, true, __ATOMIC_RELEASE);
 }
 
 /* Whether vmap_fork_prepare took the locks, read by the parent/child ones on
@@ -65,6 +101,9 @@ void vmap_fork_prepare(void)
 	vmap_depth_enter();
 	if (!fork_locked)
 		return;
+	stdio_list_find();
+	if (stdio_list.lock)
+		stdio_list.lock(); /* first: see the head of this file */
 	/* Another thread setting up the arena finishes first (the child could
 	 * not: it would wait for it forever). */
 	vmap_range_setup_wait();
@@ -75,6 +114,8 @@ void vmap_fork_parent(void)
 {
 	if (fork_locked) {
 		vmap_locks_fork_parent();
+		if (stdio_list.lock)
+			stdio_list.unlock();
 	}
 	vmap_depth_leave();
 }
@@ -85,6 +126,8 @@ void vmap_fork_child(void)
 	 * thread, which releases them when the handler returns. */
 	if (fork_locked) {
 		vmap_locks_fork_child();
+		if (stdio_list.lock)
+			stdio_list.reset();
 	}
 	vmap_background_fork_child();
 	vmap_stats_fork_child(); /* the child's report is labelled with its parent */

@@ -191,7 +191,6 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	struct vmap_load load;
 	if (vmap_backend_init(&load) != 0)
 		vmap_os_exit(127);
-	vmap_foreign_init(&load);
 	if (!load.self_index || load.valgrind) {
 		go_inert(&load);
 		vmap_tls_seen = true;

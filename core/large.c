@@ -316,12 +316,35 @@ static bool beside_resident_run(struct vmap_region *r, struct vmap_pte *e, uintp
 	return false;
 }
 
+/* A block the program mapped over (VMAP_TAG_OVER): its pages hold the
+ * program's mappings, which no purge, reuse or fresh mapping may touch.  The
+ * free ends the block's bookkeeping only; the area becomes FOREIGN, ours
+ * again piece by piece as the program unmaps it (mmap.c). */
+__attribute__((noinline, cold)) static void free_mapped_over(void *p, const char *who,
+							     struct vmap_pte *e, uint64_t t)
+{
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	uint64_t pages = vmap_tag_pages(t);
+	vmap_shard_lock(s);
+	bool ok = __atomic_compare_exchange_n(
+		&e->tag, &t, vmap_tag_make(VMAP_ST_FOREIGN, s->id, pages, t & VMAP_TAG_BIG), false,
+		__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	vmap_shard_unlock(s);
+	if (!ok)
+		invalid_pointer(who, p, t); /* lost a race with another free of p */
+	vmap_count_large_free((int64_t)((pages - 1) << VMAP_PAGE_SHIFT));
+}
+
 void vmap_range_free(void *p, const char *who)
 {
 	uint64_t t;
 	struct vmap_region *r;
 	struct vmap_pte *e = vmap_live_pte(p, who, &t, &r);
 	uint64_t pages = vmap_tag_pages(t);
+	if (__builtin_expect(t & VMAP_TAG_OVER, 0)) {
+		free_mapped_over(p, who, e, t);
+		return;
+	}
 	uint64_t cached = vmap_tag_make(VMAP_ST_CACHED, vmap_tag_shard(t), pages, t & VMAP_TAG_BIG);
 	if (!__atomic_compare_exchange_n(&e->tag, &t, cached, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
@@ -413,8 +436,9 @@ bool vmap_range_resize(void *p, size_t size)
 	bool big = t & VMAP_TAG_BIG;
 	if (!big && vmap_opt.hugepage && (want - 1) << VMAP_PAGE_SHIFT >= vmap_opt.hugepage_min)
 		return false; /* growing into the big kind: move to a THP-friendly chunk */
-	if (t & VMAP_TAG_MOVED)
-		return false; /* moved again instead: one VMA, where growing would make two (move.c) */
+	if (t & (VMAP_TAG_MOVED | VMAP_TAG_OVER))
+		return false; /* moved again instead: one VMA, where growing would make two (move.c);
+			       * mapped over: copied */
 	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
 	uintptr_t end = (uintptr_t)p + (pages << VMAP_PAGE_SHIFT);
 	struct vmap_region *r = vmap_region_of((uintptr_t)p);

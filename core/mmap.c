@@ -20,9 +20,13 @@
  * An area whose protection or advice the program changed is flagged ATTR and
  * reset with a fresh mapping before reuse; where it changed them for part of
  * the area only, the area mirrors the VMAs the kernel would have split it
- * into (mmap_vma.c).  munmap/mremap/MAP_FIXED aimed at a live malloc block
- * or at vmapalloc's metadata are refused with EINVAL and one diagnostic
- * line.  MAP_FIXED, MAP_FIXED_NOREPLACE and hints aimed at arena pages that
+ * into (mmap_vma.c).  munmap/mremap aimed at a live malloc block, and
+ * munmap/mremap/MAP_FIXED aimed at a slab or at vmapalloc's metadata, are
+ * refused with EINVAL and one diagnostic line.  MAP_FIXED over a live large
+ * block gets the kernel's answer: the block is marked mapped over
+ * (VMAP_TAG_OVER, take_for_fixed); MAP_FIXED_NOREPLACE over any mapped page
+ * of the arena (a block, a slab, metadata) gets EEXIST.
+ * MAP_FIXED, MAP_FIXED_NOREPLACE and hints aimed at arena pages that
  * are free from the program's point of view get them: the pages are carved
  * out and handed to the kernel (a "foreign" range, ours again once the
  * program unmaps it).
@@ -53,6 +57,7 @@
 #include "options.h"
 #include "observe.h"
 #include "range.h"
+#include "slab.h"
 #include "thread.h"
 
 #define SERVED_MAX ((size_t)1 << 36) /* 64 GiB: larger requests go to the kernel */
@@ -65,7 +70,7 @@ void vmap_mmap_refuse(const char *call, uintptr_t a)
 	vmap_buf_str(&b, call);
 	vmap_buf_str(&b, "(");
 	vmap_buf_hex(&b, a);
-	vmap_buf_str(&b, ") aimed at memory vmapalloc uses (a live malloc block or its metadata): "
+	vmap_buf_str(&b, ") aimed at memory vmapalloc uses (a live malloc block, a slab or metadata): "
 			 "refused with EINVAL\n");
 	vmap_buf_flush(&b);
 	count(VMAP_STAT_mmap_refused, 1);
@@ -321,6 +326,38 @@ int vmap_take_hole(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_
 	return 0;
 }
 
+/* piece_fn: 1 at a slab of the builtin backend.  Its pages hold other
+ * callers' objects and its free lists: mapping over one is refused. */
+static int find_slab(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
+{
+	(void)a, (void)e, (void)arg;
+	return r && p->kind == PIECE_MALLOC && vmap_slab_of(r, p->head) != NULL;
+}
+
+/*
+ * piece_fn for MAP_FIXED: free space is carved out (vmap_take_hole); a live
+ * malloc block is marked VMAP_TAG_OVER and left live.  The program may map
+ * over its own block, as the kernel lets it (a program filling the mapping
+ * limit inside one large block); the pages it maps are its own from then on,
+ * never handed out or purged, and the block's free releases only the
+ * bookkeeping (large.c).  1 if the block changed under us.
+ */
+static int take_for_fixed(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e,
+			  void *arg)
+{
+	if (!r || p->kind != PIECE_MALLOC)
+		return vmap_take_hole(r, p, a, e, arg);
+	if (p->tag & VMAP_TAG_OVER)
+		return 0;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(p->tag)];
+	uint64_t t = p->tag;
+	vmap_shard_lock(s);
+	bool ok = __atomic_compare_exchange_n(&vmap_pte_of(r, p->head)->tag, &t, t | VMAP_TAG_OVER,
+					      false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	vmap_shard_unlock(s);
+	return !ok;
+}
+
 /* MAP_FIXED, MAP_FIXED_NOREPLACE or a hint aimed at the arena. */
 static void *map_into_arena(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
@@ -343,13 +380,14 @@ static void *map_into_arena(void *addr, size_t len, int prot, int flags, int fd,
 		    !vmap_release_cached(a, e))
 			return vmap_os_mmap(NULL, len, prot, flags, fd, off);
 		flags |= MAP_FIXED;
-	} else if (vmap_walk(a, e, vmap_find_malloc, NULL) || vmap_range_is_metadata(a, e) ||
+	} else if (noreplace && (vmap_range_is_metadata(a, e) || vmap_walk(a, e, vmap_find_mapped, NULL) ||
+				 vmap_walk(a, e, vmap_find_malloc, NULL))) {
+		return (void *)(intptr_t)-EEXIST; /* mapped memory there: the kernel's answer */
+	} else if (vmap_range_is_metadata(a, e) || vmap_walk(a, e, find_slab, NULL) ||
 		   !vmap_release_cached(a, e)) {
 		vmap_mmap_refuse(noreplace ? "mmap(MAP_FIXED_NOREPLACE)" : "mmap(MAP_FIXED)", a);
 		return (void *)(intptr_t)-EINVAL;
 	} else if (noreplace) {
-		if (vmap_walk(a, e, vmap_find_mapped, NULL))
-			return (void *)(intptr_t)-EEXIST;
 		flags = (flags & ~MAP_FIXED_NOREPLACE) | MAP_FIXED;
 	} else {
 		/* MAP_FIXED replaces whatever the program had there. */
@@ -360,8 +398,9 @@ static void *map_into_arena(void *addr, size_t len, int prot, int flags, int fd,
 		if (rc)
 			return (void *)(intptr_t)rc;
 	}
-	/* Every page is now free arena space: take it out, then let the kernel map. */
-	if (vmap_walk(a, e, vmap_take_hole, NULL))
+	/* Every page is now free arena space or a malloc block: take it out
+	 * (mark the block mapped over), then let the kernel map. */
+	if (vmap_walk(a, e, take_for_fixed, NULL))
 		return vmap_os_mmap(fixed || noreplace ? addr : NULL, len, prot,
 				    fixed || noreplace ? flags : flags & ~MAP_FIXED, fd, off);
 	void *m = vmap_os_mmap(addr, len, prot, flags, fd, off);

@@ -168,8 +168,8 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	/* A moved area is a VMA of its own while it lives (above): only as
 	 * many as the budget allows, the largest first -- below MOVE_MIN_PAGES
 	 * copying costs less than the VMA. */
-	if (pages < MOVE_MIN_PAGES || !vmap_moves_allowed())
-		return q;
+	if (pages < MOVE_MIN_PAGES || !vmap_moves_allowed() || (t & VMAP_TAG_OVER))
+		return q; /* (mapped over: the program's mappings stay where they are) */
 	if (__atomic_load_n(&vmap_moves_refused, __ATOMIC_RELAXED))
 		return q; /* this kernel cannot: copy */
 	/* Move the page tables, not the bytes, and grow the moved VMA to

@@ -327,7 +327,10 @@ static int check_args(struct remap *m)
 	m->nl = nl;
 	if (!nl || nl < m->new_len || nl > TASK_TOP)
 		return -EINVAL;
-	if (flags & MREMAP_FIXED) {
+	/* new_address: the destination with MREMAP_FIXED, a hint with
+	 * MREMAP_DONTUNMAP alone, which the kernel checks the same way
+	 * (check_mremap_params: whatever the program passed, NULL included). */
+	if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
 		if ((d & (VMAP_PAGE - 1)) || d + nl > TASK_TOP || d + nl < d)
 			return -EINVAL;
 		if (d < a + ol && a < d + nl)

@@ -39,7 +39,8 @@
  *   PURGING    start of an area a purge is releasing
  *   FREE       start of a run of free address space (in a shard's bins)
  *   FREE_TAIL  last page of a free run of more than one page
- *   FOREIGN    start of arena pages the program mapped over (MAP_FIXED)
+ *   FOREIGN    start of arena pages the program mapped over (MAP_FIXED), or
+ *              of a freed block it had mapped over (VMAP_TAG_OVER)
  *
  * Every other entry's tag is 0: that is what makes `free` of an interior
  * pointer or of a freed block detectable in O(1).  The three words after the
@@ -98,6 +99,11 @@ enum {
  * purge or munmap makes over them lets the arena's VMA merge again. */
 #define VMAP_TAG_MOVED (1ull << 57)
 #define VMAP_TAG_GUARDED (1ull << 56)
+/* The same bit on the LIVE head of a malloc block: the program mapped over
+ * some of its pages with MAP_FIXED (mmap.c).  Those pages are the program's
+ * from then on: the block never grows or moves in place, and its free turns
+ * the whole area FOREIGN instead of cached (large.c). */
+#define VMAP_TAG_OVER VMAP_TAG_GUARDED
 #define VMAP_TAG_SHARD_SHIFT 48 /* 8 bits */
 #define VMAP_TAG_MMAP (1ull << 47) /* a live area the program got from mmap() */
 #define VMAP_TAG_ATTR (1ull << 46) /* the program changed its protection/advice/lock */

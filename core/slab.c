@@ -64,8 +64,6 @@
 
 #define CARVE_BYTES 4096 /* objects made ready per carve: about a page */
 
-
-
 bool vmap_slab_on;
 uint64_t vmap_slab_key;
 static uint64_t class_magic[NCLASSES];
@@ -89,7 +87,6 @@ unsigned vmap_slab_nclasses(void)
 {
 	return NCLASSES;
 }
-
 
 unsigned vmap_slab_class_of(size_t size)
 {
@@ -540,6 +537,33 @@ void vmap_slab_fast_counts(uint64_t *mallocs, uint64_t *frees)
 	*frees = f;
 }
 
+/* mallinfo's view of the slabs: bytes of objects in use (frees waiting on a
+ * remote stack counted as used) and the rest of the slabs' bytes.  Reads the
+ * descriptors of the chunks shards hold for small areas (1024 a chunk; the
+ * table is readable throughout) and the owners' counts, without a lock. */
+void vmap_slab_usage(uint64_t *in_use, uint64_t *rest)
+{
+	uint64_t used = 0, all = 0;
+	const size_t per_chunk = VMAP_CHUNK >> VMAP_SLAB_UNIT_SHIFT;
+	for (unsigned i = 0; i < __atomic_load_n(&vmap_nregions, __ATOMIC_ACQUIRE); i++) {
+		struct vmap_region *r = &vmap_regions[i];
+		struct vmap_slab *t = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
+		for (size_t c = 0; t && c < r->nchunks; c++) {
+			uint16_t o = __atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED);
+			if (vmap_chunk_is_free(o) || (o & VMAP_CHUNK_WAS_BIG))
+				continue; /* no slab there: slabs are small areas */
+			for (struct vmap_slab *d = &t[c * per_chunk]; d < &t[(c + 1) * per_chunk]; d++) {
+				if (__atomic_load_n(&d->head, __ATOMIC_ACQUIRE) != d)
+					continue;
+				used += (uint64_t)__atomic_load_n(&d->used, __ATOMIC_RELAXED) * d->size;
+				all += (uint64_t)d->units << VMAP_SLAB_UNIT_SHIFT;
+			}
+		}
+	}
+	*in_use = used;
+	*rest = all > used ? all - used : 0;
+}
+
 /* Every slab of h: collected; empty ones retired, the rest abandoned. */
 static void heap_abandon(struct vmap_heap *h)
 {
@@ -606,8 +630,6 @@ __attribute__((noinline, cold)) struct vmap_heap *vmap_slab_heap_first(void)
 
 /* ---- malloc and free ------------------------------------------------------- */
 
-
-
 void *vmap_slab_memalign(size_t align, size_t size)
 {
 	struct vmap_heap *h = vmap_tls.heap;
@@ -620,7 +642,6 @@ void *vmap_slab_memalign(size_t align, size_t size)
 		c++;
 	return c < NCLASSES ? vmap_slab_take(h, c) : NULL;
 }
-
 
 __attribute__((noinline)) void vmap_slab_remote_free(struct vmap_slab *d, void **o)
 {
@@ -638,7 +659,6 @@ __attribute__((noinline)) void vmap_slab_remote_free(struct vmap_slab *d, void *
 		__atomic_fetch_add(&abandoned_frees, 1, __ATOMIC_RELAXED);
 	}
 }
-
 
 size_t vmap_slab_usable(struct vmap_slab *d, const void *p, const char *who, bool live)
 {

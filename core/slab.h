@@ -96,6 +96,8 @@ static inline unsigned vmap_slab_class_fast(size_t size)
 
 /* Every heap's fast-path counts (approximate for other running threads). */
 void vmap_slab_fast_counts(uint64_t *mallocs, uint64_t *frees);
+/* Bytes of the slabs' objects in use, and the rest of the slabs (mallinfo). */
+void vmap_slab_usage(uint64_t *in_use, uint64_t *rest);
 
 /* 16-byte steps up to 128, then four classes per power of two. */
 static inline unsigned vmap_slab_class(size_t size)

@@ -221,7 +221,6 @@ void vmap_report_derive(struct vmap_figures *f)
 	is |= vmap_lazy_limit != vmap_lazy_max ? IS_RAISED : 0;
 	is |= vmap_opt.purge_delay_ms ? IS_DELAY : 0;
 	is |= v[FIG_max_maps] ? IS_MAX_MAPS : 0;
-	is |= v[FIG_foreign_pointers] ? IS_FOREIGN : 0;
 	is |= vmap_opt.purge_advice == VMAP_ADVICE_FREE ? IS_MADV_FREE : IS_MADV_DONTNEED;
 	is |= !v[FIG_switch_ns]       ? IS_ATOMIC
 	      : v[FIG_switch_ns] == 1 ? IS_PERCPU | IS_PERCPU_START
@@ -229,10 +228,9 @@ void vmap_report_derive(struct vmap_figures *f)
 	f->is = is;
 
 	v[FIG_threads_other] = v[FIG_threads] ? v[FIG_threads] - 1 : 0;
-	v[FIG_small_all] = v[FIG_small_in_use] + v[FIG_slab_bytes] + v[FIG_large_bytes_in_use] +
+	v[FIG_small_all] = v[FIG_small_in_use] + v[FIG_slab_in_use] + v[FIG_large_bytes_in_use] +
 			   v[FIG_mmap_bytes_in_use];
-	v[FIG_bytes_in_use] =
-		v[FIG_small_in_use] + v[FIG_large_bytes_in_use] + v[FIG_mmap_bytes_in_use];
+	v[FIG_bytes_in_use] = v[FIG_small_all];
 	v[FIG_counter_switch_ns] = v[FIG_switch_ns] == 1 ? 0 : v[FIG_switch_ns];
 	v[FIG_lazy_max] = vmap_lazy_max;
 	v[FIG_lazy_limit] = vmap_lazy_limit;
@@ -270,6 +268,8 @@ void vmap_report_collect(struct vmap_figures *f, int when)
 	v[FIG_lazy_free] = field(buf, "LazyFree:", &found) * 1024;
 	f->is |= found ? IS_ROLLUP : 0;
 	v[FIG_maps] = count_mappings(&v[FIG_own_maps]);
+	uint64_t slab_rest;
+	vmap_slab_usage(&v[FIG_slab_in_use], &slab_rest); /* no lock: fine in a handler */
 	v[FIG_max_maps] = vmap_os_read_number("/proc/sys/vm/max_map_count");
 	if (when != VMAP_WHEN_SIGNAL && vmap_libc.mallinfo2) {
 		/* glibc's own figures: it takes its arena locks, so never here

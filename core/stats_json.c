@@ -49,6 +49,7 @@ static const struct json_key top[] = {
 	{"large_bytes_peak", F(large_bytes_peak), NUMBER, 0},
 	{"small_bytes_in_use", F(small_in_use), NUMBER, IS_SMALL},
 	{"small_heap_bytes", F(small_heap), NUMBER, IS_SMALL},
+	{"slab_bytes_in_use", F(slab_in_use), NUMBER, 0},
 	{"bytes_in_use", F(bytes_in_use), NUMBER, IS_SMALL},
 	{"resident_bytes", F(rss), NUMBER, 0},
 	{"resident_peak_bytes", F(hwm), NUMBER, 0},
@@ -141,7 +142,7 @@ void vmap_report_xml(struct vmap_buf *b, const struct vmap_figures *f)
 	} sys[] = {
 		{"resident_bytes", FIG_rss},         {"resident_peak_bytes", FIG_hwm},
 		{"small_bytes_in_use", FIG_small_in_use}, {"small_heap_bytes", FIG_small_heap},
-		{"mappings", FIG_maps},
+		{"slab_bytes_in_use", FIG_slab_in_use}, {"mappings", FIG_maps},
 	};
 	vmap_buf_printf(b, "<malloc version=\"vmapalloc-1\">\n");
 	for (unsigned i = 0; i <= VMAP_STAT_COUNT; i++)

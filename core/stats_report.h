@@ -53,6 +53,7 @@ enum vmap_fig {
 	FIG_shards,           /* shards of the arena, 0 before it is set up */
 	FIG_thread_cache_bytes, /* cached_bytes not in a shard's pools or runs */
 	FIG_large_served,     /* pool_hits + run_hits + pool_misses */
+	FIG_slab_in_use,      /* bytes of the builtin slabs' objects in use (mallinfo's) */
 	FIG_COUNT
 };
 _Static_assert(FIG_large_bytes_peak == (int)VMAP_STAT_COUNT, "statistics first");
@@ -77,7 +78,6 @@ enum {
 	IS_RAISED = 1u << 12,      /* the pressure limit was raised */
 	IS_DELAY = 1u << 13,       /* purges after a delay too */
 	IS_MAX_MAPS = 1u << 14,    /* vm.max_map_count was read */
-	IS_FOREIGN = 1u << 15,     /* foreign pointers were seen */
 	IS_MADV_FREE = 1u << 16,   /* purges use MADV_FREE */
 	IS_MADV_DONTNEED = 1u << 17,
 	IS_ATOMIC = 1u << 18,      /* counters still atomic */

@@ -40,7 +40,8 @@ static const struct text_piece lines[] = {
 	 {F(large_bytes_in_use), F(large_blocks_in_use), F(large_bytes_peak)}},
 
 	{IS_SMALL, "small blocks in use", "%B (glibc, of a %B heap)", {F(small_in_use), F(small_heap)}},
-	{IS_SMALL | IS_SLABS, "", " + builtin slabs %B in %U", {F(slab_bytes), F(slabs_in_use)}},
+	{IS_SMALL | IS_SLABS, "", " + builtin slabs %B in use of %B in %U",
+	 {F(slab_in_use), F(slab_bytes), F(slabs_in_use)}},
 	{IS_SMALL, "", "; in all %B", {F(small_all)}},
 	{IS_NO_SMALL, "small blocks in use", "(glibc's figures are not read in a signal handler)", {0}},
 
@@ -69,7 +70,6 @@ static const struct text_piece lines[] = {
 	{IS_NO_SLABS, "small (glibc) / large", "", {0}},
 	{0, "", "%U / %U allocations (%B large in total); frees %U / %U",
 	 {F(small_allocs), F(large_allocs), F(large_bytes_allocated), F(small_frees), F(large_frees)}},
-	{IS_FOREIGN, "", "; foreign pointers left alone %U", {F(foreign_pointers)}},
 
 	{0, "large reuse", "pool hits %U (%P), resident runs %U (%P; %U from another shard)",
 	 {F(pool_hits), F(pool_hits), F(large_served), F(run_hits), F(run_hits), F(large_served),

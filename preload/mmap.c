@@ -71,8 +71,11 @@ EXPORT int munmap(void *addr, size_t len)
 
 EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 {
+	/* The kernel reads new_address with MREMAP_DONTUNMAP too (a hint,
+	 * checked like a fixed address: EINVAL when unaligned, too high or
+	 * overlapping the old range). */
 	void *new_addr = NULL;
-	if (flags & MREMAP_FIXED) {
+	if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
 		va_list ap;
 		va_start(ap, flags);
 		new_addr = va_arg(ap, void *);

@@ -521,7 +521,6 @@ static void report_figures(struct vmap_figures *f, bool in_signal)
 		strcpy(f->comm, "sig");
 		v[FIG_threads] = 1;
 		v[FIG_slabs_made] = 0;
-		v[FIG_foreign_pointers] = 0;
 		vmap_lazy_limit = vmap_lazy_max;
 		vmap_opt.purge_delay_ms = 0;
 		vmap_opt.purge_advice = VMAP_ADVICE_DONTNEED;
@@ -534,6 +533,7 @@ static void report_figures(struct vmap_figures *f, bool in_signal)
 		v[FIG_max_maps] = 65530;
 		v[FIG_small_in_use] = 300000;
 		v[FIG_small_heap] = 400000;
+		v[FIG_slab_in_use] = 20 * MiB;
 		v[FIG_switch_ns] = 3500000;
 		vmap_lazy_limit = 128 * MiB;
 		vmap_opt.purge_delay_ms = 2000;
@@ -567,7 +567,7 @@ Test(report, text_of_chosen_figures_is_exact)
 		"  (2 other thread(s) still running: figures may be approximate)\n"
 		"  large blocks in use       46.6 MiB in 62127987 blocks (peak 88.7 MiB)\n"
 		"  small blocks in use       293 KiB (glibc, of a 391 KiB heap) + builtin slabs "
-		"56.6 MiB in 18880860; in all 179 MiB\n"
+		"20.0 MiB in use of 56.6 MiB in 18880860; in all 143 MiB\n"
 		"  resident (VmRSS)          5.00 MiB (peak 6.00 MiB); AnonHugePages 2.00 MiB, "
 		"LazyFree 4.00 KiB\n"
 		"  cached for reuse          79.2 MiB (no arena yet: set up on the first large block "
@@ -578,7 +578,7 @@ Test(report, text_of_chosen_figures_is_exact)
 		"  calls                     malloc 79453195, free 71705005, calloc 97020549, "
 		"realloc 33279475, aligned 11058793\n"
 		"  small / large             36367867 / 63777779 allocations (60.2 MiB large in "
-		"total); frees 18751788 / 36419268; foreign pointers left alone 46377690\n"
+		"total); frees 18751788 / 36419268\n"
 		"  large reuse               pool hits 65295790 (37.6%), resident runs 25209145 "
 		"(14.5%; 22668163 from another shard), fresh 83282976 (page faults; 28047748 "
 		"extending a resident run); calloc zeroing skipped 65322161\n"
@@ -650,7 +650,8 @@ Test(report, json_of_chosen_figures_is_exact)
 		    "\"elapsed_ns\": 12810000, \"threads\": 3, \"approximate\": true, "
 		    "\"large_bytes_in_use\": 48854994, \"large_blocks_in_use\": 62127987, "
 		    "\"large_bytes_peak\": 93021826, \"small_bytes_in_use\": 300000, "
-		    "\"small_heap_bytes\": 400000, \"bytes_in_use\": 128737510, "
+		    "\"small_heap_bytes\": 400000, \"slab_bytes_in_use\": 20971520, "
+		    "\"bytes_in_use\": 149709030, "
 		    "\"resident_bytes\": 5242880, \"resident_peak_bytes\": 6291456, "
 		    "\"anon_huge_pages_bytes\": 2097152, \"lazy_free_bytes\": 4096, "
 		    "\"mapped_bytes\": 20016034, \"cached_bytes\": 83020839, "
@@ -669,7 +670,7 @@ Test(report, json_in_a_signal_handler_has_nulls_for_what_it_did_not_read)
 		    "\"elapsed_ns\": 12810000, \"threads\": 1, \"approximate\": true, "
 		    "\"large_bytes_in_use\": 48854994, \"large_blocks_in_use\": 62127987, "
 		    "\"large_bytes_peak\": 93021826, \"small_bytes_in_use\": null, "
-		    "\"small_heap_bytes\": null, \"bytes_in_use\": null, "
+		    "\"small_heap_bytes\": null, \"slab_bytes_in_use\": 0, \"bytes_in_use\": null, "
 		    "\"resident_bytes\": 5242880, \"resident_peak_bytes\": 6291456, "
 		    "\"anon_huge_pages_bytes\": null, \"lazy_free_bytes\": null, "
 		    "\"mapped_bytes\": 20016034, \"cached_bytes\": 83020839, "

@@ -115,8 +115,8 @@ def check_figures(r, e, when="exit", pid=None, parent=0):
         ok(r["approximate"] is True, "a signal report is not marked approximate")
     else:
         ok(isinstance(r["small_bytes_in_use"], int) and r["small_bytes_in_use"] > 0, "small_bytes_in_use")
-        ok(r["bytes_in_use"] == r["small_bytes_in_use"] + c["large_bytes_in_use"] + c["mmap_bytes_in_use"],
-           "bytes_in_use != small + large + mmap")
+        ok(r["bytes_in_use"] == r["small_bytes_in_use"] + r["slab_bytes_in_use"] + c["large_bytes_in_use"]
+           + c["mmap_bytes_in_use"], "bytes_in_use != small + slabs + large + mmap")
     ok(r["counter_mode"] in ("atomic", "percpu"), "counter_mode")
     ok((r["counter_switch_ns"] is None) == (r["counter_mode"] == "atomic"), "counter_switch_ns vs mode")
 
