@@ -38,20 +38,26 @@
 #include "range.h"
 #include "slab.h"
 #include "stats.h"
+#include "timeline.h"
 
 /*
  * The fold of this thread's counts, every VMAP_LOCAL_BATCH (128) counted
  * calls, is also where any call -- small or large, glibc's or the slabs' --
  * looks at the clock: the age purge runs there once it is due, so that a
  * program that freed large blocks and then makes only small calls still
- * gives them back after the delay.  Entry points only, with no lock held.
+ * gives them back after the delay, and where the timeline takes its
+ * samples (timeline.c).  Entry points only, with no lock held.
  */
 __attribute__((noinline)) static void fold_and_tick(void)
 {
 	vmap_counter_flush_local();
-	if (vmap_shards && !vmap_reentered()) {
+	bool timeline = __atomic_load_n(&vmap_timeline_next_ns, __ATOMIC_RELAXED) != UINT64_MAX;
+	if ((vmap_shards || timeline) && !vmap_reentered()) {
 		vmap_depth_enter();
-		vmap_purge_tick(vmap_os_now_ns());
+		uint64_t now = vmap_os_now_ns();
+		if (vmap_shards)
+			vmap_purge_tick(now);
+		vmap_timeline_tick(now);
 		vmap_depth_leave();
 	}
 }

@@ -28,6 +28,7 @@
 #include "range.h"
 #include "slab.h"
 #include "stats.h"
+#include "timeline.h"
 
 extern char **environ;
 
@@ -236,6 +237,7 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
 	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
+	vmap_timeline_init();
 	if (vmap_profile_init())
 		vmap_fast_paths_off();
 	if (vmap_opt.verbose)
