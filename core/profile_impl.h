@@ -150,6 +150,7 @@ struct frame_name {
 	uint64_t off;     /* from func, or from the object's load address */
 	const char *object;
 	uintptr_t rel;    /* address - load bias (what addr2line -e object wants) */
+	const char *path; /* the object's file, for addr2line; NULL when unknown */
 };
 
 bool vmap_prof_sampled(struct vmap_profile_tls *t, int64_t *countdown, uint8_t *drawn, uint64_t mean,

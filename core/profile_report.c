@@ -1,6 +1,16 @@
 /*
  * profile_report.c — the profile's part of the report: the top sites by
  * bytes, by count and live at exit, with their stacks, as text or JSON.
+ *
+ * A JSON frame names its object's file ("module") and the return address's
+ * offset from the object's load address ("module_offset"), so that a tool
+ * can find file:line with addr2line later; nothing here reads debug
+ * information.
+ *
+ * Invariants: no allocation, stdio or lock; in a signal handler frames are
+ * located, not named (vmap_prof_locate_in_signal).
+ *
+ * Called by: stats_out.c (vmap_profile_report, _in_signal).
  */
 #include "profile_impl.h"
 
@@ -175,6 +185,14 @@ static void site_json(struct vmap_buf *b, struct symbolizer *z, const struct vma
 			vmap_buf_json_str(b, fn.object);
 		else
 			vmap_buf_str(b, "null");
+		/* For addr2line -e module, at report time (vmapalloc-report). */
+		vmap_buf_str(b, ", \"module\": ");
+		if (fn.path)
+			vmap_buf_json_str(b, fn.path);
+		else
+			vmap_buf_str(b, "null");
+		vmap_buf_str(b, ", \"module_offset\": ");
+		vmap_buf_u64(b, fn.rel);
 		vmap_buf_char(b, '}');
 	}
 	vmap_buf_str(b, "]}");
