@@ -118,6 +118,14 @@ extern uintptr_t self_lo, self_hi; /* libvmapalloc.so's own code: frames to drop
 extern char program[256];          /* argv[0] at init */
 extern int self_known;
 
+/* The sizes of the blocks recorded, by kind and power of two (weighted like
+ * the sites): the report's size histogram. */
+#define HIST_BUCKETS 41 /* up to 1 TiB; larger ones in the last */
+struct prof_hist {
+	int64_t bytes, count; /* count x COUNT_ONE */
+};
+extern struct prof_hist vmap_prof_hist[3][HIST_BUCKETS];
+
 #define BATCH 64
 
 struct batch {

@@ -198,6 +198,31 @@ static void site_json(struct vmap_buf *b, struct symbolizer *z, const struct vma
 	vmap_buf_str(b, "]}");
 }
 
+/* Non-empty buckets: the largest size of each, the blocks and their bytes. */
+static void write_histogram(struct vmap_buf *b)
+{
+	vmap_buf_str(b, ", \"size_histogram\": [");
+	bool first = true;
+	for (unsigned k = 0; k < 3; k++)
+		for (unsigned i = 0; i < HIST_BUCKETS; i++) {
+			const struct prof_hist *h = &vmap_prof_hist[k][i];
+			int64_t n = __atomic_load_n(&h->count, __ATOMIC_RELAXED);
+			if (n <= 0)
+				continue;
+			vmap_buf_str(b, first ? "{\"kind\": \"" : ", {\"kind\": \"");
+			vmap_buf_str(b, kind_name[k]);
+			vmap_buf_str(b, "\", \"max_bytes\": ");
+			vmap_buf_u64(b, 1ull << i);
+			vmap_buf_str(b, ", \"count\": ");
+			vmap_buf_u64(b, whole_count(n));
+			vmap_buf_str(b, ", \"bytes\": ");
+			vmap_buf_u64(b, clamp0(__atomic_load_n(&h->bytes, __ATOMIC_RELAXED)));
+			vmap_buf_char(b, '}');
+			first = false;
+		}
+	vmap_buf_char(b, ']');
+}
+
 static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 {
 	bool json = format == VMAP_FORMAT_JSON;
@@ -234,6 +259,7 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 		vmap_buf_str(b, z->in_signal ? "false" : "true");
 		vmap_buf_str(b, ", \"tables_bytes\": ");
 		vmap_buf_u64(b, __atomic_load_n(&profile_mapped, __ATOMIC_RELAXED));
+		write_histogram(b);
 		for (int t = 0; t < NTABLES; t++) {
 			vmap_buf_str(b, ", \"");
 			vmap_buf_str(b, table_key[t]);

@@ -169,11 +169,11 @@ void vmap_timeline_json(struct vmap_buf *b, bool in_signal)
 	unsigned n = __atomic_load_n(&npoints, __ATOMIC_ACQUIRE);
 	vmap_buf_printf(b,
 			"{\"interval_ms\": %U, \"sampled_every_ms\": %U, \"halvings\": %u, "
-			"\"capacity\": %u, \"columns\": [\"t_ns\", \"in_use_bytes\", "
+			"\"capacity\": %u, \"start_ns\": %U, \"columns\": [\"t_ns\", \"in_use_bytes\", "
 			"\"resident_bytes\", \"cached_bytes\", \"mapped_bytes\", \"mappings\"], "
 			"\"points\": [",
 			vmap_opt.timeline_ms, interval_ns / 1000000, halvings,
-			(unsigned)VMAP_TIMELINE_POINTS);
+			(unsigned)VMAP_TIMELINE_POINTS, vmap_report_start_ns);
 	for (unsigned i = 0; i < n; i++)
 		point_json(b, &ring[i], i == 0);
 	struct vmap_timeline_point last;
