@@ -7,8 +7,11 @@
  * counted calls, alloc.c), where it already reads the clock: with the
  * timeline off, next_ns stays at UINT64_MAX and the tick is one compare.
  *
- * Defined in: timeline.c.  Called by: alloc.c (tick), init.c (init),
- * stats_out.c (the JSON), tests/unit.
+ * The program's mmap and munmap (preload/mmap.c) poll it as well: a program
+ * that maps its own memory (CPython's arenas) makes few malloc calls.
+ *
+ * Defined in: timeline.c.  Called by: alloc.c (tick), preload/mmap.c (poll),
+ * init.c (init), stats_out.c (the JSON), tests/unit.
  */
 #ifndef VMAP_TIMELINE_H
 #define VMAP_TIMELINE_H
@@ -17,6 +20,7 @@
 #include <stdint.h>
 
 #include "fmt.h"
+#include "os.h"
 #include "section.h"
 
 #define VMAP_TIMELINE_POINTS 256 /* a point is 48 bytes: 12 KiB of .bss, touched when on */
@@ -37,6 +41,13 @@ static inline void vmap_timeline_tick(uint64_t now)
 {
 	if (__builtin_expect(now >= __atomic_load_n(&vmap_timeline_next_ns, __ATOMIC_RELAXED), 0))
 		vmap_timeline_sample(now);
+}
+/* From an entry point that does not pass the fold (mmap, munmap), inside
+ * its depth bracket: the clock is read only while the timeline is on. */
+static inline void vmap_timeline_poll(void)
+{
+	if (__builtin_expect(__atomic_load_n(&vmap_timeline_next_ns, __ATOMIC_RELAXED) != UINT64_MAX, 0))
+		vmap_timeline_tick(vmap_os_now_ns());
 }
 /* The timeline as JSON (null while off); a last point first, now, unless
  * in a signal handler. */
