@@ -82,7 +82,8 @@ static void halve(void)
 		};
 	}
 	npoints = VMAP_TIMELINE_POINTS / 2;
-	interval_ns *= 2;
+	if (interval_ns < UINT64_MAX / 2)
+		interval_ns *= 2;
 	halvings++;
 }
 
