@@ -231,6 +231,21 @@ __attribute__((noinline, cold)) static void free_reentered(void *p)
 			 "a large block is leaked", NULL);
 }
 
+/* The purger thread (its start) and the timeline (a tick every few large
+ * frees: large.c folds its own figures, so the facade's fold rarely follows
+ * a large call) want large frees; vmap_large_free_hooks (init.c) says
+ * whether: one branch per free for a process with neither. */
+__attribute__((noinline, cold)) static void large_free_hooks(void)
+{
+	if (vmap_opt.background)
+		vmap_background_kick();
+	if (vmap_timeline_count() && !vmap_reentered()) {
+		vmap_depth_enter();
+		vmap_timeline_tick(vmap_os_now_ns());
+		vmap_depth_leave();
+	}
+}
+
 static void free_large(void *p)
 {
 	if (vmap_reentered()) {
@@ -240,8 +255,8 @@ static void free_large(void *p)
 	vmap_depth_enter();
 	vmap_range_free(p, "free");
 	vmap_depth_leave();
-	if (__builtin_expect(vmap_opt.background, 0))
-		vmap_background_kick();
+	if (__builtin_expect(vmap_large_free_hooks, 0))
+		large_free_hooks();
 }
 
 __attribute__((noinline)) void vmap_free_slow(void *p)

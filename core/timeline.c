@@ -42,6 +42,7 @@
 #include "stats_report.h"
 
 uint64_t vmap_timeline_next_ns = UINT64_MAX;
+__thread int32_t vmap_timeline_frees;
 
 static struct vmap_timeline_point ring[VMAP_TIMELINE_POINTS];
 static unsigned npoints;

@@ -6,6 +6,8 @@
  * The facade calls vmap_timeline_tick from its counter fold (every 128
  * counted calls, alloc.c), where it already reads the clock: with the
  * timeline off, next_ns stays at UINT64_MAX and the tick is one compare.
+ * It counts large frees too (vmap_timeline_count), behind a flag it tests
+ * anyway for the purger thread.
  *
  * The program's mmap and munmap (preload/mmap.c) poll it as well: a program
  * that maps its own memory (CPython's arenas) makes few malloc calls.
@@ -41,6 +43,20 @@ static inline void vmap_timeline_tick(uint64_t now)
 {
 	if (__builtin_expect(now >= __atomic_load_n(&vmap_timeline_next_ns, __ATOMIC_RELAXED), 0))
 		vmap_timeline_sample(now);
+}
+/* From large frees (alloc.c), whose figures fold in large.c and so rarely
+ * pass the facade's fold: true on every VMAP_TIMELINE_FREES-th large free
+ * of this thread while the timeline is on, when the caller ticks (a clock
+ * reading costs about a tenth of a large malloc/free pair). */
+#define VMAP_TIMELINE_FREES 16
+extern __thread int32_t vmap_timeline_frees;
+static inline bool vmap_timeline_count(void)
+{
+	if (__atomic_load_n(&vmap_timeline_next_ns, __ATOMIC_RELAXED) == UINT64_MAX ||
+	    --vmap_timeline_frees > 0)
+		return false;
+	vmap_timeline_frees = VMAP_TIMELINE_FREES;
+	return true;
 }
 /* From an entry point that does not pass the fold (mmap, munmap), inside
  * its depth bracket: the clock is read only while the timeline is on. */
