@@ -151,9 +151,13 @@ void vmap_timeline_sample(uint64_t now)
 	__atomic_store_n(&sampling, 0, __ATOMIC_RELEASE);
 }
 
+/* The child's timeline starts at the fork: the points before it are the
+ * parent's, in the parent's report (a merged view would count them twice). */
 void vmap_timeline_fork_child(void)
 {
 	__atomic_store_n(&sampling, 0, __ATOMIC_RELAXED);
+	if (interval_ns)
+		vmap_timeline_init();
 }
 
 static void point_json(struct vmap_buf *b, const struct vmap_timeline_point *p, bool first)

@@ -69,7 +69,8 @@ static inline void vmap_timeline_poll(void)
  * in a signal handler. */
 void vmap_timeline_json(struct vmap_buf *b, bool in_signal);
 
-/* In a forked child: a sampler another thread ran at the fork is gone. */
+/* In a forked child: a sampler another thread ran at the fork is gone, and
+ * the points so far are the parent's: start afresh. */
 void vmap_timeline_fork_child(void);
 
 /* For tests: the points held, the current spacing, the halvings so far. */

@@ -116,3 +116,19 @@ Test(timeline, json_lists_points_then_one_now)
 	cr_assert(strstr(out, "\"interval_ms\": "), "%s", out);
 	cr_assert_eq(out[b.len - 1], '}');
 }
+
+Test(timeline, a_forked_child_starts_afresh)
+{
+	vmap_opt.timeline_ms = 5;
+	vmap_timeline_init();
+	for (uint64_t i = 0; i <= N; i++) { /* a halving: the spacing doubles */
+		struct vmap_timeline_point p = pt(i);
+		vmap_timeline_record(&p);
+	}
+	cr_assert_eq(vmap_timeline_interval_ns(), 10000000);
+	vmap_timeline_fork_child();
+	struct vmap_timeline_point out[1];
+	cr_assert_eq(vmap_timeline_points(out, 1), 0, "the parent's points are the parent's");
+	cr_assert_eq(vmap_timeline_interval_ns(), 5000000);
+	cr_assert_eq(vmap_timeline_next_ns, 0, "the child's first tick samples");
+}
