@@ -4,7 +4,8 @@
 The report's page, end to end: runs report_prog (one process, then a fork)
 under `vmapalloc --report=DIR`, loads the DIR/report.html it wrote in
 headless Chromium after the page's script has drawn it (--dump-dom), and
-checks that what the page shows is what the JSON reports say: the summary's
+checks that it fetches nothing (no external script, style, font or address)
+and that what the page shows is what the JSON reports say: the summary's
 figures, every timeline point (its data and where it is drawn), the top
 site's bytes (data and text), the live site, every size class's count (data
 and bar height), the shards, the merged view of the two processes.  Saves a
@@ -225,10 +226,26 @@ class Checker:
                 self.eq(bar[0].attrs.get("data-count"), n, "merged histogram %s <= %d count" % (kind, mb))
 
 
+SVG_NS = "http://www.w3.org/2000/svg"
+
+
+def self_contained(c, page):
+    """Nothing the page would fetch: no script, style, image or font from a
+    file or the network."""
+    with open(page) as f:
+        text = f.read()
+    for what, pat in (("an external script", r"<script[^>]*\bsrc="), ("a linked file", r"<link\b"),
+                      ("an image", r"<img\b"), ("a CSS import or url()", r"@import|url\("),
+                      ("an address", r"https?://")):
+        found = [m for m in re.findall(pat, text.replace(SVG_NS, "")) if m]
+        c.ok(not found, "the page has %s: %s" % (what, found[:3]))
+
+
 def check_page(page, runs):
     """runs: [(pids of the run, {pid: JSON report})]; the failures."""
     root = dom(page)
     c = Checker()
+    self_contained(c, page)
     for pids, reports in runs:
         for pid in pids:
             v = c.view(root, [pid])
@@ -259,7 +276,7 @@ def breakages():
         d["views"][-1]["sites"][0]["bytes"] += 4096
 
     def point(d):
-        d["views"][-1]["timeline"]["points"][1][1] += 1
+        d["views"][-1]["timeline"]["points"][0][1] += 1  # not the highest: the axis stays
 
     def size_class(d):
         d["views"][-1]["histogram"][0]["count"] += 1
@@ -280,6 +297,8 @@ def breakages():
                                         "y = b => T + (H - T - B) * (1 - b / ymax / 1.01)")),
         ("histogram bar height (script)", script("const hh = (Hh - B - T) * h[key] / max;",
                                                "const hh = (Hh - B - T) * h[key] / max * 0.98;")),
+        ("self-containment (a font from the network)",
+         script("<style>", "<style>@import url(https://fonts.example.org/font.css);")),
     ]
 
 
