@@ -259,7 +259,6 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 		vmap_buf_str(b, z->in_signal ? "false" : "true");
 		vmap_buf_str(b, ", \"tables_bytes\": ");
 		vmap_buf_u64(b, __atomic_load_n(&profile_mapped, __ATOMIC_RELAXED));
-		write_histogram(b);
 		for (int t = 0; t < NTABLES; t++) {
 			vmap_buf_str(b, ", \"");
 			vmap_buf_str(b, table_key[t]);
@@ -271,6 +270,7 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 			}
 			vmap_buf_char(b, ']');
 		}
+		write_histogram(b); /* a later key: after the tables */
 		vmap_buf_char(b, '}');
 		return;
 	}
