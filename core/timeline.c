@@ -6,7 +6,8 @@
  * the slabs, large blocks and served mmaps: the text report's "in all"),
  * resident (VmRSS, /proc/self/statm), cached for reuse, mapped by vmapalloc,
  * and the process's mapping count (/proc/self/maps).  Points are taken on
- * the allocator's slow paths (the counter fold, every 128 counted calls),
+ * the allocator's slow paths -- the facade's counter fold (every 128 counted
+ * calls), every 16th large free of a thread, the exported mmap and munmap --
  * at most once per interval: a quiet process adds none, and the report adds
  * a last one when it is written.
  *
@@ -26,12 +27,15 @@
  *    from another thread a point may be half written: approximate, like the
  *    shard tables).
  *  - /proc is read with raw system calls (os.h); glibc's mallinfo2 only on
- *    a slow path with no lock of ours held, never in a signal handler.
+ *    a slow path with no lock of ours held, never for a report written in a
+ *    signal handler.  (A handler's own malloc that samples while glibc's
+ *    malloc was interrupted would wait on glibc's lock, as a glibc malloc
+ *    from that handler would.)
  *  - Off, vmap_timeline_next_ns is UINT64_MAX: the fold's tick is one
  *    compare that never holds.
  *
- * Called by: alloc.c (the tick), init.c (init), stats_out.c (the JSON, and
- * the forked child's reset).
+ * Called by: alloc.c (the tick), preload/mmap.c (the poll), init.c (init),
+ * stats_out.c (the JSON, and the forked child's reset).
  */
 #include "timeline.h"
 
