@@ -370,6 +370,14 @@ def main():
                 failures.append("no screenshot in %s" % shot)
             else:
                 print("screenshot: %s (%d bytes)" % (shot, os.path.getsize(shot)))
+    # The launcher returns the program's status, report or not.
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    r = subprocess.run(["sh", launcher, "--library=" + os.environ["VMTEST_LIB"],
+                        "--report=" + os.path.join(outdir, "status"), "--", "sh", "-c", "exit 7"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    if r.returncode != 7:
+        failures.append("the launcher returned %d for a program that exited 7" % r.returncode)
     for f in failures:
         print("FAIL", f)
     return 1 if failures else 0
