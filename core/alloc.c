@@ -39,20 +39,26 @@
 #include "range.h"
 #include "slab.h"
 #include "stats.h"
+#include "timeline.h"
 
 /*
  * The fold of this thread's counts, every VMAP_LOCAL_BATCH (128) counted
  * calls, is also where any call -- small or large, glibc's or the slabs' --
  * looks at the clock: the age purge runs there once it is due, so that a
  * program that freed large blocks and then makes only small calls still
- * gives them back after the delay.  Entry points only, with no lock held.
+ * gives them back after the delay, and where the timeline takes its
+ * samples (timeline.c).  Entry points only, with no lock held.
  */
 __attribute__((noinline)) static void fold_and_tick(void)
 {
 	vmap_counter_flush_local();
-	if (vmap_shards && !vmap_reentered()) {
+	bool timeline = __atomic_load_n(&vmap_timeline_next_ns, __ATOMIC_RELAXED) != UINT64_MAX;
+	if ((vmap_shards || timeline) && !vmap_reentered()) {
 		vmap_depth_enter();
-		vmap_purge_tick(vmap_os_now_ns());
+		uint64_t now = vmap_os_now_ns();
+		if (vmap_shards)
+			vmap_purge_tick(now);
+		vmap_timeline_tick(now);
 		vmap_depth_leave();
 	}
 }
@@ -231,6 +237,21 @@ __attribute__((noinline, cold)) static void free_reentered(void *p)
 			 "a large block is leaked", NULL);
 }
 
+/* The purger thread (its start) and the timeline (a tick every few large
+ * frees: large.c folds its own figures, so the facade's fold rarely follows
+ * a large call) want large frees; vmap_large_free_hooks (init.c) says
+ * whether: one branch per free for a process with neither. */
+__attribute__((noinline, cold)) static void large_free_hooks(void)
+{
+	if (vmap_opt.background)
+		vmap_background_kick();
+	if (vmap_timeline_count() && !vmap_reentered()) {
+		vmap_depth_enter();
+		vmap_timeline_tick(vmap_os_now_ns());
+		vmap_depth_leave();
+	}
+}
+
 static void free_large(void *p)
 {
 	if (vmap_reentered()) {
@@ -240,8 +261,8 @@ static void free_large(void *p)
 	vmap_depth_enter();
 	vmap_range_free(p, "free");
 	vmap_depth_leave();
-	if (__builtin_expect(vmap_opt.background, 0))
-		vmap_background_kick();
+	if (__builtin_expect(vmap_large_free_hooks, 0))
+		large_free_hooks();
 }
 
 __attribute__((noinline)) void vmap_free_slow(void *p)

@@ -27,6 +27,9 @@ extern size_t vmap_slab_limit VMAP_HIDDEN;
 /* BACKEND=auto: the small request count at which a thread switches every
  * thread to the slabs; 0 = no switch to come (see alloc.c small_malloc). */
 extern uint32_t vmap_auto_after VMAP_HIDDEN;
+/* init.c: whether large frees call the purger thread's and the timeline's
+ * hooks (alloc.c). */
+extern bool vmap_large_free_hooks VMAP_HIDDEN;
 /* Set once init is done (by the initialising thread at its end, by any other
  * thread on its first call after it; a forked child inherits it). */
 extern __thread bool vmap_tls_seen VMAP_HIDDEN;

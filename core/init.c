@@ -28,12 +28,14 @@
 #include "range.h"
 #include "slab.h"
 #include "stats.h"
+#include "timeline.h"
 
 extern char **environ;
 
 size_t vmap_slab_limit VMAP_HOT; /* alloc_impl.h */
 size_t vmap_fast_limit VMAP_HOT; /* fast.h */
 uint32_t vmap_auto_after VMAP_HOT; /* alloc_impl.h */
+bool vmap_large_free_hooks;        /* alloc_impl.h */
 /* Requests above this size are large (the arena's): SMALL_MAX, but with
  * BACKEND=auto, as long as no arena is set up, at least glibc's first mmap
  * threshold (128 KiB): a short process whose blocks glibc would keep in its
@@ -235,6 +237,9 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
 	vmap_stats_init(); /* report fd, start time, VMAPALLOC_STATS_SIGNAL handler */
+	vmap_timeline_init();
+	if (vmap_opt.background || vmap_opt.timeline_ms)
+		vmap_large_free_hooks = true;
 	if (vmap_profile_init())
 		vmap_fast_paths_off();
 	if (vmap_opt.verbose)

@@ -103,6 +103,9 @@ uint64_t vmap_os_count_maps(const uintptr_t *lo, const uintptr_t *hi, unsigned n
 /* The unsigned decimal number a file starts with (/proc/sys/vm/...,
  * /proc/self/statm); 0 when it cannot be read. */
 uint64_t vmap_os_read_number(const char *path);
+/* readlink(path) into buf, NUL-terminated (cut to cap - 1 bytes): the
+ * length, or -errno (buf[0] = 0). */
+long vmap_os_readlink(const char *path, char *buf, size_t cap);
 /* lseek(fd, off, whence): the new offset or -errno. */
 long vmap_os_lseek(int fd, long off, int whence);
 /* process_vm_readv of len bytes at src in this process into dst: bytes read

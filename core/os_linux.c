@@ -239,6 +239,15 @@ uint64_t vmap_os_read_number(const char *path)
 	return v;
 }
 
+long vmap_os_readlink(const char *path, char *buf, size_t cap)
+{
+	buf[0] = '\0';
+	long n = SC(SYS_readlinkat, AT_FDCWD, path, buf, cap - 1, 0, 0);
+	if (n >= 0)
+		buf[n] = '\0';
+	return n;
+}
+
 long vmap_os_lseek(int fd, long off, int whence)
 {
 	return SC(SYS_lseek, fd, off, whence, 0, 0, 0);

@@ -319,6 +319,15 @@ bool vmap_prof_sampled(struct vmap_profile_tls *t, int64_t *countdown, uint8_t *
 	return true;
 }
 
+struct prof_hist vmap_prof_hist[3][HIST_BUCKETS];
+
+/* Bucket b holds sizes in (2^(b-1), 2^b]: 0 and 1 in bucket 0. */
+static unsigned hist_bucket(size_t size)
+{
+	unsigned b = size > 1 ? 64 - (unsigned)__builtin_clzll((unsigned long long)(size - 1)) : 0;
+	return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
+}
+
 void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t cfa)
 {
 	struct vmap_profile_tls *t = &vmap_profile_tls;
@@ -340,6 +349,9 @@ void vmap_profile_record(void *p, size_t size, int kind, uintptr_t ra, uintptr_t
 		return;
 	}
 	t->busy = 1;
+	struct prof_hist *h = &vmap_prof_hist[kind < 3 ? kind : 0][hist_bucket(size)];
+	__atomic_fetch_add(&h->bytes, bytes, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&h->count, count, __ATOMIC_RELAXED);
 	uint32_t id;
 	if (!vmap_prof_scache_hit(ra, cfa, kind, &id)) {
 		uintptr_t frames[DEPTH];

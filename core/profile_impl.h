@@ -118,6 +118,14 @@ extern uintptr_t self_lo, self_hi; /* libvmapalloc.so's own code: frames to drop
 extern char program[256];          /* argv[0] at init */
 extern int self_known;
 
+/* The sizes of the blocks recorded, by kind and power of two (weighted like
+ * the sites): the report's size histogram. */
+#define HIST_BUCKETS 41 /* up to 1 TiB; larger ones in the last */
+struct prof_hist {
+	int64_t bytes, count; /* count x COUNT_ONE */
+};
+extern struct prof_hist vmap_prof_hist[3][HIST_BUCKETS];
+
 #define BATCH 64
 
 struct batch {
@@ -150,6 +158,7 @@ struct frame_name {
 	uint64_t off;     /* from func, or from the object's load address */
 	const char *object;
 	uintptr_t rel;    /* address - load bias (what addr2line -e object wants) */
+	const char *path; /* the object's file, for addr2line; NULL when unknown */
 };
 
 bool vmap_prof_sampled(struct vmap_profile_tls *t, int64_t *countdown, uint8_t *drawn, uint64_t mean,

@@ -1,6 +1,16 @@
 /*
  * profile_report.c — the profile's part of the report: the top sites by
  * bytes, by count and live at exit, with their stacks, as text or JSON.
+ *
+ * A JSON frame names its object's file ("module") and the return address's
+ * offset from the object's load address ("module_offset"), so that a tool
+ * can find file:line with addr2line later; nothing here reads debug
+ * information.
+ *
+ * Invariants: no allocation, stdio or lock; in a signal handler frames are
+ * located, not named (vmap_prof_locate_in_signal).
+ *
+ * Called by: stats_out.c (vmap_profile_report, _in_signal).
  */
 #include "profile_impl.h"
 
@@ -175,9 +185,42 @@ static void site_json(struct vmap_buf *b, struct symbolizer *z, const struct vma
 			vmap_buf_json_str(b, fn.object);
 		else
 			vmap_buf_str(b, "null");
+		/* For addr2line -e module, at report time (vmapalloc-report). */
+		vmap_buf_str(b, ", \"module\": ");
+		if (fn.path)
+			vmap_buf_json_str(b, fn.path);
+		else
+			vmap_buf_str(b, "null");
+		vmap_buf_str(b, ", \"module_offset\": ");
+		vmap_buf_u64(b, fn.rel);
 		vmap_buf_char(b, '}');
 	}
 	vmap_buf_str(b, "]}");
+}
+
+/* Non-empty buckets: the largest size of each, the blocks and their bytes. */
+static void write_histogram(struct vmap_buf *b)
+{
+	vmap_buf_str(b, ", \"size_histogram\": [");
+	bool first = true;
+	for (unsigned k = 0; k < 3; k++)
+		for (unsigned i = 0; i < HIST_BUCKETS; i++) {
+			const struct prof_hist *h = &vmap_prof_hist[k][i];
+			int64_t n = __atomic_load_n(&h->count, __ATOMIC_RELAXED);
+			if (n <= 0)
+				continue;
+			vmap_buf_str(b, first ? "{\"kind\": \"" : ", {\"kind\": \"");
+			vmap_buf_str(b, kind_name[k]);
+			vmap_buf_str(b, "\", \"max_bytes\": ");
+			vmap_buf_u64(b, 1ull << i);
+			vmap_buf_str(b, ", \"count\": ");
+			vmap_buf_u64(b, whole_count(n));
+			vmap_buf_str(b, ", \"bytes\": ");
+			vmap_buf_u64(b, clamp0(__atomic_load_n(&h->bytes, __ATOMIC_RELAXED)));
+			vmap_buf_char(b, '}');
+			first = false;
+		}
+	vmap_buf_char(b, ']');
 }
 
 static void report(struct vmap_buf *b, int format, struct symbolizer *z)
@@ -227,6 +270,7 @@ static void report(struct vmap_buf *b, int format, struct symbolizer *z)
 			}
 			vmap_buf_char(b, ']');
 		}
+		write_histogram(b); /* a later key: after the tables */
 		vmap_buf_char(b, '}');
 		return;
 	}

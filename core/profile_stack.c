@@ -247,6 +247,22 @@ static const char *exe_name(struct symbolizer *z)
 	return program[0] ? base_of(program) : "(program)";
 }
 
+/* The program's file, read from /proc/self/exe on first use (a raw
+ * readlink: also in a signal handler); "" when unreadable. */
+static char exe_path[512];
+static const char *exe_file(void)
+{
+	if (!exe_path[0] && vmap_os_readlink("/proc/self/exe", exe_path, sizeof exe_path) < 0)
+		exe_path[0] = '\0';
+	return exe_path[0] ? exe_path : NULL;
+}
+
+/* The file of a loaded object: its l_name, or the program's. */
+static const char *path_of(const struct link_map *lm)
+{
+	return lm->l_name && lm->l_name[0] ? lm->l_name : exe_file();
+}
+
 static void obj_load_symtab(struct sym_obj *o, const char *path)
 {
 	int fd = vmap_os_open(path, O_RDONLY, 0);
@@ -320,7 +336,7 @@ void vmap_prof_symbolizer_done(struct symbolizer *z)
 
 void vmap_prof_symbolize(struct symbolizer *z, uintptr_t addr, struct frame_name *out)
 {
-	*out = (struct frame_name){NULL, 0, NULL, addr};
+	*out = (struct frame_name){NULL, 0, NULL, addr, NULL};
 	Dl_info info;
 	struct link_map *lm = NULL;
 	/* addr is a return address: look up the call instruction before it. */
@@ -328,6 +344,7 @@ void vmap_prof_symbolize(struct symbolizer *z, uintptr_t addr, struct frame_name
 	    !prof_fn.dladdr1((void *)(addr - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
 		return;
 	out->rel = addr - lm->l_addr;
+	out->path = path_of(lm);
 	struct sym_obj *o = obj_get(z, lm);
 	out->object = o ? o->base : base_of(info.dli_fname ? info.dli_fname : "?");
 	uintptr_t rel = addr - 1 - lm->l_addr;
@@ -354,7 +371,7 @@ void vmap_prof_symbolize(struct symbolizer *z, uintptr_t addr, struct frame_name
 /* Async-signal-safe: the object and the offset from its load bias only. */
 void vmap_prof_locate_in_signal(struct symbolizer *z, uintptr_t addr, struct frame_name *out)
 {
-	*out = (struct frame_name){NULL, 0, NULL, addr};
+	*out = (struct frame_name){NULL, 0, NULL, addr, NULL};
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 	struct dl_find_object fo;
 	if (prof_fn.find_object && prof_fn.find_object((void *)(addr - 1), &fo) == 0 &&
@@ -362,6 +379,7 @@ void vmap_prof_locate_in_signal(struct symbolizer *z, uintptr_t addr, struct fra
 		const struct link_map *lm = fo.dlfo_link_map;
 		out->object = lm->l_name && lm->l_name[0] ? base_of(lm->l_name) : exe_name(z);
 		out->rel = addr - lm->l_addr;
+		out->path = path_of(lm);
 	}
 #endif
 }

@@ -17,7 +17,8 @@
  * without VMAPALLOC_STATS reports to stderr at exit.
  *
  * A report is the figures (stats.c) as text (stats_text.c) or JSON
- * (stats_json.c), then the allocation sites (profile.c).
+ * (stats_json.c), then the allocation sites (profile.c) and, in JSON, the
+ * timeline (timeline.c).
  *
  * Invariants: no allocation, stdio or lock; one report at a time from the
  * signal handler, which makes only raw system calls, saves errno and keeps
@@ -39,6 +40,7 @@
 #include "os.h"
 #include "profile.h"
 #include "stats_report.h"
+#include "timeline.h"
 
 static int fork_parent_pid; /* the forking process, taken before fork() */
 static int report_fd = 2;
@@ -61,6 +63,10 @@ static void write_report(struct vmap_buf *b, int format, int when)
 		vmap_profile_report_in_signal(b, format);
 	else
 		vmap_profile_report(b, format);
+	if (format == VMAP_FORMAT_JSON) {
+		vmap_buf_str(b, ", \"timeline\": ");
+		vmap_timeline_json(b, when == VMAP_WHEN_SIGNAL);
+	}
 	vmap_buf_str(b, format == VMAP_FORMAT_JSON ? "}\n" : "\n");
 }
 
@@ -241,6 +247,7 @@ void vmap_stats_fork_child(void)
 	vmap_report_parent_pid = fork_parent_pid;
 	__atomic_store_n(&signal_busy, 0, __ATOMIC_RELAXED);
 	signal_reports = 0;
+	vmap_timeline_fork_child();
 }
 
 void vmap_stats_at_exit(void)

@@ -17,6 +17,7 @@
 #include "alloc.h"
 #include "mmap.h"
 #include "os.h"
+#include "timeline.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -45,6 +46,7 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 		return ptr_result(vmap_mmap_reentered(addr, len, prot, flags, fd, off));
 	vmap_depth_enter();
 	void *p = vmap_mmap(addr, len, prot, flags, fd, off);
+	vmap_timeline_poll();
 	vmap_depth_leave();
 	return ptr_result(p);
 }
@@ -65,6 +67,7 @@ EXPORT int munmap(void *addr, size_t len)
 		return int_result(vmap_munmap_reentered(addr, len));
 	vmap_depth_enter();
 	int rc = vmap_munmap(addr, len);
+	vmap_timeline_poll();
 	vmap_depth_leave();
 	return int_result(rc);
 }
