@@ -386,7 +386,8 @@ void vmap_range_free(void *p, const char *who)
 		return;
 	}
 	if (to_runs) {
-		vmap_purge_note_big_free((uint64_t)bytes);
+		if (pages >= VMAP_BIG_PAGES)
+			vmap_purge_note_big_free((uint64_t)bytes);
 		/* Larger areas (and those beside a resident run) become a
 		 * resident free run, merged with its free neighbours, reusable
 		 * by any size. */
