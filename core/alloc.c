@@ -74,6 +74,14 @@ static inline void count2(enum vmap_stat a, enum vmap_stat b)
 		fold_and_tick();
 }
 
+/* Three figures of one event. */
+static inline void count3(enum vmap_stat a, enum vmap_stat b, enum vmap_stat c)
+{
+	vmap_local.n[c]++;
+	vmap_local.dirty |= 1ull << c;
+	count2(a, b);
+}
+
 /* ---- small backend ------------------------------------------------------ */
 
 static void *small_refused(size_t size);
@@ -96,25 +104,57 @@ static inline void *small_malloc(size_t size)
 		vmap_auto_switch();
 	if (slab_serves(size) && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
-		if (__builtin_expect(p != NULL, 1))
+		if (__builtin_expect(p != NULL, 1)) {
+			count(VMAP_STAT_small_slab_allocs);
 			return p;
+		}
+	}
+	/* BACKEND=mimalloc, once loaded (backend_mimalloc.c); glibc if it refuses. */
+	if (__builtin_expect(__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE), 0)) {
+		void *p = vmap_mi.malloc(size);
+		if (__builtin_expect(p != NULL, 1)) {
+			count(VMAP_STAT_small_mimalloc_allocs);
+			return p;
+		}
 	}
 	void *p = vmap_libc.malloc(size); /* or no slab could be had */
-	return __builtin_expect(p != NULL, 1) ? p : small_refused(size);
+	if (__builtin_expect(p != NULL, 1)) {
+		count(VMAP_STAT_small_glibc_allocs);
+		return p;
+	}
+	return small_refused(size);
 }
 
 static void *small_memalign(size_t align, size_t size)
 {
+	void *p;
 	if (slab_serves(size) && !vmap_reentered()) {
-		void *p = vmap_slab_memalign(align, size);
-		if (p)
+		p = vmap_slab_memalign(align, size);
+		if (p) {
+			count(VMAP_STAT_small_slab_allocs);
 			return p;
+		}
 	}
-	return vmap_libc.memalign(align, size);
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi.malloc_aligned(size, align))) {
+		count(VMAP_STAT_small_mimalloc_allocs);
+		return p;
+	}
+	p = vmap_libc.memalign(align, size);
+	if (p)
+		count(VMAP_STAT_small_glibc_allocs);
+	return p;
 }
 
+/* A small block that is neither the arena's nor foreign: mimalloc's if its
+ * segment map says so (only once mimalloc is loaded), else glibc's. */
 static inline void small_free(void *p)
 {
+	if (vmap_mi_owns(p)) {
+		count(VMAP_STAT_small_mimalloc_frees);
+		vmap_mi.free(p);
+		return;
+	}
+	count(VMAP_STAT_small_glibc_frees);
 	vmap_libc.free(p);
 }
 
@@ -191,7 +231,8 @@ __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 	if (slab_serves(size) && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
 		if (__builtin_expect(p != NULL, 1)) {
-			count2(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs);
+			count3(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs,
+			       VMAP_STAT_small_slab_allocs);
 			PROF_ALLOC(p, size, VMAP_PROFILE_SMALL);
 			return p;
 		}
@@ -250,7 +291,7 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 	if (sl) {
 		if (__builtin_expect(vmap_profile_on, 0))
 			prof_free(p, 0);
-		count2(VMAP_STAT_free_calls, VMAP_STAT_small_frees);
+		count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_slab_frees);
 		if (vmap_reentered())
 			free_reentered(p);
 		else
@@ -334,8 +375,13 @@ void *vmap_calloc(size_t n, size_t size)
 			p = small_malloc(total);
 			if (p)
 				memset(p, 0, total);
+		} else if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) &&
+			   (p = vmap_mi.calloc(n, size))) {
+			count(VMAP_STAT_small_mimalloc_allocs);
 		} else {
 			p = vmap_libc.calloc(n, size);
+			if (p)
+				count(VMAP_STAT_small_glibc_allocs);
 		}
 		if (!p)
 			errno = ENOMEM;
@@ -372,6 +418,8 @@ static size_t usable(void *p)
 		vmap_foreign(p, kind, "malloc_usable_size");
 		return 0; /* as for NULL: nothing there to use */
 	}
+	if (vmap_mi_owns(p))
+		return vmap_mi.usable_size(p);
 	return vmap_libc.usable_size(p);
 }
 
@@ -439,11 +487,14 @@ void *vmap_realloc(void *p, size_t size)
 			errno = EINVAL;
 			return NULL;
 		}
-		/* glibc's block: glibc resizes it while it stays small. */
+		/* mimalloc's or glibc's block: its owner resizes it while it
+		 * stays small; a large one is copied into the arena. */
+		bool mi = vmap_mi_owns(p);
 		if (!is_large(size)) {
-			q = vmap_libc.realloc(p, size);
+			q = mi ? vmap_mi.realloc(p, size) : vmap_libc.realloc(p, size);
 		} else {
-			q = realloc_copy(p, vmap_libc.usable_size(p), size);
+			q = realloc_copy(p, mi ? vmap_mi.usable_size(p) : vmap_libc.usable_size(p),
+					 size);
 		}
 	} else {
 		size_t old = vmap_range_usable(p, "realloc");
@@ -597,6 +648,8 @@ int vmap_trim(size_t pad)
 		released = vmap_range_trim();
 		vmap_depth_leave();
 	}
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE))
+		vmap_mi.collect(true); /* mimalloc's free pages back to the system */
 	int glibc = vmap_libc.trim(pad);
 	return released > 0 || glibc;
 }
@@ -619,6 +672,12 @@ struct mallinfo2 vmap_mallinfo2(void)
 	mi.uordblks += live;
 	mi.fordblks += cached;
 	mi.keepcost += cached;
+	/* mimalloc's committed memory, as part of the heap and in use (its free
+	 * space within pages is not told apart without walking its heaps). */
+	uint64_t mi_now, mi_peak;
+	vmap_mimalloc_held(&mi_now, &mi_peak);
+	mi.arena += mi_now;
+	mi.uordblks += mi_now;
 	return mi;
 }
 

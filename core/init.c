@@ -170,6 +170,10 @@ void vmap_fast_paths_off(void)
 
 __attribute__((noinline, cold)) void vmap_auto_switch(void)
 {
+	/* Only auto switches: under the other backends auto_after is 0, which
+	 * a thread's 32-bit count of small requests meets again when it wraps. */
+	if (vmap_opt.backend != VMAP_BACKEND_AUTO)
+		return;
 	__atomic_store_n(&vmap_auto_after, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
 	slab_switch_on();
@@ -218,6 +222,14 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	 * made by the second thread: neither is of use to a single-threaded
 	 * process making small allocations (a system call and libc's key table
 	 * page fewer in every process). */
+	if (vmap_opt.backend == VMAP_BACKEND_MIMALLOC && !vmap_mimalloc_built()) {
+		vmap_say("VMAPALLOC_BACKEND=mimalloc: this build has no mimalloc backend ",
+			 "(meson -Dmimalloc=enabled with libmimalloc-dev installed); ",
+			 "using the default backend (auto)");
+		vmap_opt.backend = VMAP_BACKEND_AUTO;
+	}
+	/* BACKEND=mimalloc: glibc's until the constructor has loaded mimalloc
+	 * (vmap_backend_start), then mimalloc's; blocks by address. */
 	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN) {
 		slab_switch_on(); /* its slabs come from the arena, set up with the first */
 		/* glibc sets its allocator up on its first call, unlocked: it counts
@@ -244,6 +256,26 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	vmap_tls_seen = true;
 	__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
 	vmap_tls_in_init = false;
+}
+
+/*
+ * The library's constructor, after init: BACKEND=mimalloc loads mimalloc here
+ * (dlopen allocates, so never from inside malloc).  If it cannot be loaded,
+ * one line (backend_mimalloc.c) and the default, auto, as if asked for: the
+ * switch to the slabs after AUTO_AFTER small requests, and large blocks
+ * above glibc's mmap threshold while there is no arena.
+ */
+void vmap_backend_start(void)
+{
+	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE || vmap_inert ||
+	    vmap_opt.backend != VMAP_BACKEND_MIMALLOC)
+		return;
+	if (vmap_mimalloc_load() == 0)
+		return;
+	vmap_opt.backend = VMAP_BACKEND_AUTO;
+	if (!vmap_opt.guard && !vmap_range_enabled() && vmap_large_above < AUTO_LARGE_ABOVE)
+		__atomic_store_n(&vmap_large_above, AUTO_LARGE_ABOVE, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_auto_after, (uint32_t)vmap_opt.auto_after, __ATOMIC_RELAXED);
 }
 
 /* The key whose destructor runs thread_exit, made once, by the first thread

@@ -69,12 +69,14 @@ const char *vmap_stat_name(unsigned i)
 /* What the slab fast paths counted in the heaps (slab.h) into statistic i. */
 static int64_t fast_part(unsigned i)
 {
-	if (i != VMAP_STAT_malloc_calls && i != VMAP_STAT_small_allocs &&
-	    i != VMAP_STAT_free_calls && i != VMAP_STAT_small_frees)
+	bool alloc = i == VMAP_STAT_malloc_calls || i == VMAP_STAT_small_allocs ||
+		     i == VMAP_STAT_small_slab_allocs;
+	if (!alloc && i != VMAP_STAT_free_calls && i != VMAP_STAT_small_frees &&
+	    i != VMAP_STAT_small_slab_frees)
 		return 0;
 	uint64_t m, f;
 	vmap_slab_fast_counts(&m, &f);
-	return (int64_t)(i == VMAP_STAT_malloc_calls || i == VMAP_STAT_small_allocs ? m : f);
+	return (int64_t)(alloc ? m : f);
 }
 
 uint64_t vmap_stat_value(unsigned i)
@@ -241,6 +243,9 @@ void vmap_report_derive(struct vmap_figures *f)
 	uint64_t in_shards = shards_cached();
 	v[FIG_thread_cache_bytes] = v[FIG_cached_bytes] > in_shards ? v[FIG_cached_bytes] - in_shards : 0;
 	v[FIG_large_served] = v[FIG_pool_hits] + v[FIG_run_hits] + v[FIG_pool_misses];
+	v[FIG_backend] = vmap_opt.backend;
+	f->is |= IS_BACKEND_LIBC << (vmap_opt.backend & 3);
+	v[FIG_small_all] += v[FIG_mimalloc_bytes];
 }
 
 void vmap_report_collect(struct vmap_figures *f, int when)
@@ -279,5 +284,6 @@ void vmap_report_collect(struct vmap_figures *f, int when)
 		v[FIG_small_in_use] = mi.uordblks + mi.hblkhd;
 		v[FIG_small_heap] = mi.arena + mi.hblkhd;
 	}
+	vmap_mimalloc_held(&v[FIG_mimalloc_bytes], &v[FIG_mimalloc_peak]); /* no lock, no allocation */
 	vmap_report_derive(f);
 }
