@@ -309,7 +309,8 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 		return;
 	} else {
 		int kind = foreign_kind(p);
-		if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
+		/* (mimalloc's blocks of up to 8 bytes are 8-aligned) */
+		if (__builtin_expect(kind != NOT_FOREIGN, 0) && !vmap_mi_owns(p)) {
 			vmap_foreign(p, kind, "free");
 			return;
 		}
@@ -414,7 +415,7 @@ static size_t usable(void *p)
 	if (e)
 		return e->len;
 	int kind = foreign_kind(p);
-	if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
+	if (__builtin_expect(kind != NOT_FOREIGN, 0) && !vmap_mi_owns(p)) {
 		vmap_foreign(p, kind, "malloc_usable_size");
 		return 0; /* as for NULL: nothing there to use */
 	}
@@ -478,7 +479,7 @@ void *vmap_realloc(void *p, size_t size)
 		q = realloc_copy(p, e->len, size);
 	} else if (!vmap_range_owns(p)) {
 		int kind = foreign_kind(p);
-		if (__builtin_expect(kind != NOT_FOREIGN, 0)) {
+		if (__builtin_expect(kind != NOT_FOREIGN, 0) && !vmap_mi_owns(p)) {
 			/* Left alone as free leaves it; the failure return tells
 			 * the caller p is still its own, unchanged.  EINVAL, not
 			 * ENOMEM: nothing ran out.  (A non-live pointer inside the

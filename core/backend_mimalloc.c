@@ -20,13 +20,18 @@
  *    bind to libc's, so its segments come from the kernel, never from
  *    vmapalloc's arena (where free would take them for arena blocks), and its
  *    internal calls stay its own;
- *  - mi_option_destroy_on_exit forced off: mimalloc registers
- *    mi_process_done with atexit, which runs before the destructors and
- *    before the exit report; with the option on (MIMALLOC_DESTROY_ON_EXIT=1)
- *    it would unmap every heap while later atexit handlers and destructors
- *    still free and read mimalloc blocks.  Its thread-exit key destructor
+ *  - its atexit handler (mi_process_done), registered while vmapalloc's
+ *    constructor loads it and so before the program's handlers and ld.so's
+ *    destructor pass, runs last: after the program's atexit handlers, every
+ *    destructor and the exit report, which still free and read its blocks.
+ *    mi_option_destroy_on_exit is forced off all the same: with it on
+ *    (MIMALLOC_DESTROY_ON_EXIT=1) that handler would unmap the heaps under
+ *    threads still running at exit.  Its thread-exit key destructor
  *    abandons only the exiting thread's own heap (mimalloc checks the thread
- *    id), which other threads' frees and later allocations handle.
+ *    id); later frees of that thread's blocks from others, and a later
+ *    malloc on the exiting thread, are mimalloc's usual cross-thread cases;
+ *  - kept loaded once used (its blocks live to the end); a library that
+ *    lacks mimalloc's functions is closed again.
  *
  * Ownership: a block is freed by the allocator whose block it is, decided by
  * address (alloc.c): the arena's regions first, then mimalloc's segment map
@@ -64,13 +69,13 @@ int vmap_mimalloc_load(void)
 	void *(*dlopen_fn)(const char *, int) =
 		(__typeof__(dlopen_fn))vmap_elf_symbol(LIBC_SO, "dlopen");
 	char *(*dlerror_fn)(void) = (__typeof__(dlerror_fn))vmap_elf_symbol(LIBC_SO, "dlerror");
-	if (!dlopen_fn) {
+	int (*dlclose_fn)(void *) = (__typeof__(dlclose_fn))vmap_elf_symbol(LIBC_SO, "dlclose");
+	if (!dlopen_fn || !dlclose_fn) {
 		vmap_say("VMAPALLOC_BACKEND=mimalloc: glibc has no dlopen; ",
 			 "using the default backend (auto)", NULL);
 		return -1;
 	}
-	void *h = dlopen_fn(VMAP_MIMALLOC_SONAME,
-			    RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND | RTLD_NODELETE);
+	void *h = dlopen_fn(VMAP_MIMALLOC_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
 	if (!h) {
 		const char *why = dlerror_fn ? dlerror_fn() : NULL;
 		vmap_say("VMAPALLOC_BACKEND=mimalloc: cannot load " VMAP_MIMALLOC_SONAME " (",
@@ -99,6 +104,7 @@ int vmap_mimalloc_load(void)
 	MI_FN(option_set, "mi_option_set");
 #undef MI_FN
 	if (missing) {
+		dlclose_fn(h); /* not a mimalloc we can use: not kept either */
 		vmap_say("VMAPALLOC_BACKEND=mimalloc: " VMAP_MIMALLOC_SONAME " has no ", missing,
 			 "; using the default backend (auto)");
 		return -1;
