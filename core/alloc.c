@@ -224,7 +224,7 @@ __attribute__((always_inline)) static inline void *large_alloc(size_t size, size
 	return align <= SMALL_ALIGN ? small_malloc(size) : vmap_libc.memalign(align, size);
 }
 
-__attribute__((noinline)) void *vmap_malloc_slow(size_t size)
+static __attribute__((noinline)) void *malloc_general(size_t size)
 {
 	enter();
 	/* The builtin backend's objects first: the common case, in a few tests. */
@@ -253,6 +253,23 @@ __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 	return p;
 }
 
+/* BACKEND=libc or mimalloc: one allocator for every small size, ahead of the
+ * general path and apart from it (a small function saves few registers). */
+__attribute__((noinline)) void *vmap_malloc_slow(size_t size)
+{
+	enter();
+	if (size - 1 < __atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE)) {
+		bool mi = vmap_direct_mi;
+		void *p = mi ? vmap_mi.malloc(size) : vmap_libc.malloc(size);
+		if (__builtin_expect(p != NULL, 1)) {
+			count3(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs,
+			       mi ? VMAP_STAT_small_mimalloc_allocs : VMAP_STAT_small_glibc_allocs);
+			return p;
+		}
+	}
+	return malloc_general(size);
+}
+
 /* An arena block freed from a handler that interrupted a range section: done
  * when the interrupted call leaves.  Slots full (eight frees from handlers
  * within one call): the block is leaked, said once, rather than deadlock. */
@@ -279,11 +296,8 @@ static void free_large(void *p)
 		vmap_background_kick();
 }
 
-__attribute__((noinline)) void vmap_free_slow(void *p)
+static __attribute__((noinline)) void free_general(void *p)
 {
-	if (!p)
-		return;
-	enter();
 	/* errno survives: the range path makes only raw system calls, which
 	 * never touch it, and glibc's free preserves it (since 2.33). */
 	struct vmap_region *r = vmap_region_of((uintptr_t)p);
@@ -317,6 +331,23 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 		count(VMAP_STAT_small_frees);
 		small_free(p);
 	}
+}
+
+__attribute__((noinline)) void vmap_free_slow(void *p)
+{
+	if (!p)
+		return;
+	enter();
+	/* mimalloc's block, when it is loaded: its segments are never the
+	 * arena's, an escape block or a foreign pointer. */
+	if (vmap_mi_owns(p)) {
+		if (__builtin_expect(vmap_profile_on, 0))
+			prof_free(p, 0);
+		count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_mimalloc_frees);
+		vmap_mi.free(p);
+		return;
+	}
+	free_general(p);
 }
 
 /* The fast paths (fast.h) and their rare exits, out of line so that the fast

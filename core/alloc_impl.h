@@ -27,6 +27,13 @@ extern size_t vmap_slab_limit VMAP_HIDDEN;
 /* BACKEND=auto: the small request count at which a thread switches every
  * thread to the slabs; 0 = no switch to come (see alloc.c small_malloc). */
 extern uint32_t vmap_auto_after VMAP_HIDDEN;
+/* BACKEND=libc, or mimalloc once loaded: every request of 1..vmap_direct_limit
+ * bytes goes straight to that one allocator (mimalloc's if vmap_direct_mi),
+ * ahead of the general path's tests; 0 = none (auto, builtin, or while the
+ * profile is on).  Written with vmap_direct_mi first (release). */
+extern size_t vmap_direct_limit VMAP_HIDDEN;
+extern bool vmap_direct_mi VMAP_HIDDEN;
+
 /* Set once init is done (by the initialising thread at its end, by any other
  * thread on its first call after it; a forked child inherits it). */
 extern __thread bool vmap_tls_seen VMAP_HIDDEN;

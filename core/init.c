@@ -34,6 +34,8 @@ extern char **environ;
 size_t vmap_slab_limit VMAP_HOT; /* alloc_impl.h */
 size_t vmap_fast_limit VMAP_HOT; /* fast.h */
 uint32_t vmap_auto_after VMAP_HOT; /* alloc_impl.h */
+size_t vmap_direct_limit VMAP_HOT; /* alloc_impl.h */
+bool vmap_direct_mi VMAP_HOT;
 /* Requests above this size are large (the arena's): SMALL_MAX, but with
  * BACKEND=auto, as long as no arena is set up, at least glibc's first mmap
  * threshold (128 KiB): a short process whose blocks glibc would keep in its
@@ -162,8 +164,19 @@ static void slab_switch_on(void)
 		__atomic_store_n(&vmap_fast_limit, 0, __ATOMIC_SEQ_CST);
 }
 
+/* BACKEND=libc or mimalloc: the direct path, unless the profile is on (the
+ * same handshake as the slabs' fast path above). */
+static void direct_on(bool mi)
+{
+	__atomic_store_n(&vmap_direct_mi, mi, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_direct_limit, vmap_opt.small_max, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&vmap_profile_on, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&vmap_direct_limit, 0, __ATOMIC_SEQ_CST);
+}
+
 void vmap_fast_paths_off(void)
 {
+	__atomic_store_n(&vmap_direct_limit, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&vmap_fast_limit, 0, __ATOMIC_SEQ_CST);
 	vmap_range_fast_free_off();
 }
@@ -242,6 +255,8 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	}
 	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
 		vmap_auto_after = (uint32_t)vmap_opt.auto_after;
+	else if (vmap_opt.backend == VMAP_BACKEND_LIBC)
+		direct_on(false);
 	vmap_large_above = vmap_opt.small_max;
 	if (vmap_auto_after && !vmap_opt.guard && vmap_large_above < AUTO_LARGE_ABOVE)
 		vmap_large_above = AUTO_LARGE_ABOVE; /* (GUARD=1 wants every block over SMALL_MAX guarded) */
@@ -270,8 +285,10 @@ void vmap_backend_start(void)
 	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE || vmap_inert ||
 	    vmap_opt.backend != VMAP_BACKEND_MIMALLOC)
 		return;
-	if (vmap_mimalloc_load() == 0)
+	if (vmap_mimalloc_load() == 0) {
+		direct_on(true);
 		return;
+	}
 	vmap_opt.backend = VMAP_BACKEND_AUTO;
 	if (!vmap_opt.guard && !vmap_range_enabled() && vmap_large_above < AUTO_LARGE_ABOVE)
 		__atomic_store_n(&vmap_large_above, AUTO_LARGE_ABOVE, __ATOMIC_RELAXED);
