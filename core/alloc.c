@@ -46,7 +46,7 @@
  * program that freed large blocks and then makes only small calls still
  * gives them back after the delay.  Entry points only, with no lock held.
  */
-__attribute__((noinline)) static void fold_and_tick(void)
+__attribute__((noinline)) void vmap_fold_and_tick(void)
 {
 	vmap_counter_flush_local();
 	if (vmap_shards && !vmap_reentered()) {
@@ -61,7 +61,7 @@ static inline void count(enum vmap_stat s)
 	vmap_local.n[s]++;
 	vmap_local.dirty |= 1ull << s;
 	if (__builtin_expect(--vmap_local.budget <= 0, 0))
-		fold_and_tick();
+		vmap_fold_and_tick();
 }
 
 /* Two figures of one event: one fold countdown. */
@@ -71,15 +71,7 @@ static inline void count2(enum vmap_stat a, enum vmap_stat b)
 	vmap_local.n[b]++;
 	vmap_local.dirty |= (1ull << a) | (1ull << b);
 	if (__builtin_expect(--vmap_local.budget <= 0, 0))
-		fold_and_tick();
-}
-
-/* Three figures of one event. */
-static inline void count3(enum vmap_stat a, enum vmap_stat b, enum vmap_stat c)
-{
-	vmap_local.n[c]++;
-	vmap_local.dirty |= 1ull << c;
-	count2(a, b);
+		vmap_fold_and_tick();
 }
 
 /* ---- small backend ------------------------------------------------------ */
@@ -109,15 +101,12 @@ static inline void *small_malloc(size_t size)
 			return p;
 		}
 	}
-	/* BACKEND=mimalloc, once loaded (backend_mimalloc.c); glibc if it refuses. */
-	if (__builtin_expect(__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE), 0)) {
-		void *p = vmap_mi.malloc(size);
-		if (__builtin_expect(p != NULL, 1)) {
-			count(VMAP_STAT_small_mimalloc_allocs);
-			return p;
-		}
+	void *p; /* BACKEND=mimalloc once loaded (backend_mimalloc.c); glibc if it refuses */
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi.malloc(size))) {
+		count(VMAP_STAT_small_mimalloc_allocs);
+		return p;
 	}
-	void *p = vmap_libc.malloc(size); /* or no slab could be had */
+	p = vmap_libc.malloc(size); /* or no slab could be had */
 	if (__builtin_expect(p != NULL, 1)) {
 		count(VMAP_STAT_small_glibc_allocs);
 		return p;
@@ -224,7 +213,7 @@ __attribute__((always_inline)) static inline void *large_alloc(size_t size, size
 	return align <= SMALL_ALIGN ? small_malloc(size) : vmap_libc.memalign(align, size);
 }
 
-static __attribute__((noinline)) void *malloc_general(size_t size)
+__attribute__((noinline)) void *vmap_malloc_general(size_t size)
 {
 	enter();
 	/* The builtin backend's objects first: the common case, in a few tests. */
@@ -253,23 +242,6 @@ static __attribute__((noinline)) void *malloc_general(size_t size)
 	return p;
 }
 
-/* BACKEND=libc or mimalloc: one allocator for every small size, ahead of the
- * general path and apart from it (a small function saves few registers). */
-__attribute__((noinline)) void *vmap_malloc_slow(size_t size)
-{
-	enter();
-	if (size - 1 < __atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE)) {
-		bool mi = vmap_direct_mi;
-		void *p = mi ? vmap_mi.malloc(size) : vmap_libc.malloc(size);
-		if (__builtin_expect(p != NULL, 1)) {
-			count3(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs,
-			       mi ? VMAP_STAT_small_mimalloc_allocs : VMAP_STAT_small_glibc_allocs);
-			return p;
-		}
-	}
-	return malloc_general(size);
-}
-
 /* An arena block freed from a handler that interrupted a range section: done
  * when the interrupted call leaves.  Slots full (eight frees from handlers
  * within one call): the block is leaked, said once, rather than deadlock. */
@@ -296,7 +268,7 @@ static void free_large(void *p)
 		vmap_background_kick();
 }
 
-static __attribute__((noinline)) void free_general(void *p)
+__attribute__((noinline)) void vmap_free_general(void *p)
 {
 	/* errno survives: the range path makes only raw system calls, which
 	 * never touch it, and glibc's free preserves it (since 2.33). */
@@ -331,64 +303,6 @@ static __attribute__((noinline)) void free_general(void *p)
 		count(VMAP_STAT_small_frees);
 		small_free(p);
 	}
-}
-
-__attribute__((noinline)) void vmap_free_slow(void *p)
-{
-	if (!p)
-		return;
-	enter();
-	/* mimalloc's block, when it is loaded: its segments are never the
-	 * arena's, an escape block or a foreign pointer. */
-	if (vmap_mi_owns(p)) {
-		if (__builtin_expect(vmap_profile_on, 0))
-			prof_free(p, 0);
-		count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_mimalloc_frees);
-		vmap_mi.free(p);
-		return;
-	}
-	free_general(p);
-}
-
-/* The fast paths (fast.h) and their rare exits, out of line so that the fast
- * paths themselves save no register: leaving a section with something
- * parked, or with the class's current slab empty, or with a slab to move. */
-__attribute__((noinline, cold)) void *vmap_malloc_fast_leave(struct vmap_heap *h, void *o)
-{
-	vmap_reentry_leave_slow();
-	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + 1, __ATOMIC_RELAXED);
-	return o;
-}
-
-__attribute__((noinline)) void *vmap_malloc_refill(size_t size)
-{
-	vmap_reentry_leave_slow();
-	return vmap_malloc_slow(size);
-}
-
-__attribute__((noinline, cold)) void vmap_free_fast_leave(struct vmap_heap *h)
-{
-	vmap_reentry_leave_slow();
-	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
-}
-
-/* A slab changing lists (full -> partial, partial -> given back), then the
- * same exit. */
-__attribute__((noinline)) void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d)
-{
-	vmap_slab_owner_free_slow(h, d);
-	vmap_depth_leave();
-	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
-}
-
-void *vmap_malloc(size_t size)
-{
-	return vmap_fast_malloc(size);
-}
-
-void vmap_free(void *p)
-{
-	vmap_fast_free(p);
 }
 
 void *vmap_calloc(size_t n, size_t size)
@@ -469,7 +383,7 @@ static void *realloc_copy(void *p, size_t old, size_t size)
 		return NULL;
 	memcpy(q, p, old < size ? old : size);
 	count(VMAP_STAT_realloc_copied);
-	vmap_free(p);
+	vmap_free_general(p);
 	return q;
 }
 
@@ -484,12 +398,12 @@ static bool realloc_resize(void *p, size_t size)
 void *vmap_realloc(void *p, size_t size)
 {
 	if (!p)
-		return vmap_malloc(size);
+		return vmap_malloc_general(size);
 	enter();
 	count(VMAP_STAT_realloc_calls);
 	if (size == 0) {
 		/* glibc: realloc(p, 0) frees p and returns NULL. */
-		vmap_free(p);
+		vmap_free_general(p);
 		return NULL;
 	}
 	if (size > PTRDIFF_MAX) {
@@ -704,9 +618,7 @@ struct mallinfo2 vmap_mallinfo2(void)
 	mi.uordblks += live;
 	mi.fordblks += cached;
 	mi.keepcost += cached;
-	/* mimalloc's committed memory, as part of the heap and in use (its free
-	 * space within pages is not told apart without walking its heaps). */
-	uint64_t mi_now, mi_peak;
+	uint64_t mi_now, mi_peak; /* mimalloc's committed memory: its heap, all in use */
 	vmap_mimalloc_held(&mi_now, &mi_peak);
 	mi.arena += mi_now;
 	mi.uordblks += mi_now;

@@ -14,6 +14,7 @@
 
 #include "alloc.h"
 #include "backend.h"
+#include "counter.h"
 #include "section.h"
 
 #define SMALL_ALIGN 16 /* alignof(max_align_t) */
@@ -33,6 +34,24 @@ extern uint32_t vmap_auto_after VMAP_HIDDEN;
  * profile is on).  Written with vmap_direct_mi first (release). */
 extern size_t vmap_direct_limit VMAP_HIDDEN;
 extern bool vmap_direct_mi VMAP_HIDDEN;
+
+/* The general paths of malloc and free (alloc.c), behind direct.c's, and the
+ * fold of this thread's counts every VMAP_LOCAL_BATCH calls (alloc.c). */
+void *vmap_malloc_general(size_t size) VMAP_HIDDEN;
+void vmap_free_general(void *p) VMAP_HIDDEN;
+void vmap_fold_and_tick(void) VMAP_HIDDEN;
+
+/* Three figures of one event (a call, small, which allocator): one fold
+ * countdown. */
+static inline void count3(enum vmap_stat a, enum vmap_stat b, enum vmap_stat c)
+{
+	vmap_local.n[a]++;
+	vmap_local.n[b]++;
+	vmap_local.n[c]++;
+	vmap_local.dirty |= (1ull << a) | (1ull << b) | (1ull << c);
+	if (__builtin_expect(--vmap_local.budget <= 0, 0))
+		vmap_fold_and_tick();
+}
 
 /* Set once init is done (by the initialising thread at its end, by any other
  * thread on its first call after it; a forked child inherits it). */
