@@ -2,8 +2,9 @@
  * alloc.c — the malloc family: glibc's malloc contracts on top of two
  * allocators.
  *
- *   size <= VMAPALLOC_SMALL_MAX, alignment < page  -> small backend (glibc
- *                                                     or the builtin slabs)
+ *   size <= VMAPALLOC_SMALL_MAX, alignment < page  -> small backend (glibc,
+ *                                                     the builtin slabs or
+ *                                                     mimalloc)
  *   larger, page-aligned or page-granular requests -> range allocator
  *   pointer outside every arena region             -> glibc (its own, or
  *                                                     allocated before us)

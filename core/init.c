@@ -2,8 +2,10 @@
  * init.c — start-up and mode state: the init state machine (run once, on the
  * first call from any entry point, re-entrant on the initialising thread),
  * inert mode, the per-thread "seen" flag that detects the second thread (the
- * counter switch and the thread-exit key), the switch to the slabs, the gate
- * of the _Fork hooks and the exit report.
+ * counter switch and the thread-exit key), the switch to the slabs, the
+ * backend's start (mimalloc loaded from the constructor, or the default in
+ * one line), the direct path's mode, the gate of the _Fork hooks and the exit
+ * report.
  *
  * Invariants: a call made during init on the initialising thread goes to
  * glibc; nothing in init calls malloc, stdio, getenv or dlsym.  The order in
