@@ -103,7 +103,7 @@ static inline void *small_malloc(size_t size)
 		}
 	}
 	void *p; /* BACKEND=mimalloc once loaded (backend_mimalloc.c); glibc if it refuses */
-	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi.malloc(size))) {
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi.malloc(vmap_mi_size(size)))) {
 		count(VMAP_STAT_small_mimalloc_allocs);
 		return p;
 	}
@@ -323,7 +323,7 @@ void *vmap_calloc(size_t n, size_t size)
 			if (p)
 				memset(p, 0, total);
 		} else if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) &&
-			   (p = vmap_mi.calloc(n, size))) {
+			   (p = vmap_mi.calloc(1, vmap_mi_size(total)))) {
 			count(VMAP_STAT_small_mimalloc_allocs);
 		} else {
 			p = vmap_libc.calloc(n, size);
@@ -438,7 +438,7 @@ void *vmap_realloc(void *p, size_t size)
 		 * stays small; a large one is copied into the arena. */
 		bool mi = vmap_mi_owns(p);
 		if (!is_large(size)) {
-			q = mi ? vmap_mi.realloc(p, size) : vmap_libc.realloc(p, size);
+			q = mi ? vmap_mi.realloc(p, vmap_mi_size(size)) : vmap_libc.realloc(p, size);
 		} else {
 			q = realloc_copy(p, mi ? vmap_mi.usable_size(p) : vmap_libc.usable_size(p),
 					 size);

@@ -102,6 +102,14 @@ int vmap_mimalloc_load(void);
  * without allocating); 0 and 0 when it is not loaded. */
 void vmap_mimalloc_held(uint64_t *now, uint64_t *peak);
 
+/* The size to ask mimalloc for: it aligns blocks of up to 8 bytes to 8 only,
+ * and malloc's contract, glibc's, is 16 (alignof(max_align_t)) for every
+ * size. */
+static inline size_t vmap_mi_size(size_t n)
+{
+	return n < 16 ? 16 : n;
+}
+
 /* Whether p is a block of mimalloc's: decided by its address (the segment
  * map mimalloc keeps), whatever the backend in use. */
 static inline bool vmap_mi_owns(const void *p)

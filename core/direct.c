@@ -31,7 +31,7 @@ __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 	enter();
 	if (size - 1 < __atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE)) {
 		bool mi = vmap_direct_mi;
-		void *p = mi ? vmap_mi.malloc(size) : vmap_libc.malloc(size);
+		void *p = mi ? vmap_mi.malloc(vmap_mi_size(size)) : vmap_libc.malloc(size);
 		if (__builtin_expect(p != NULL, 1)) {
 			count3(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs,
 			       mi ? VMAP_STAT_small_mimalloc_allocs : VMAP_STAT_small_glibc_allocs);
