@@ -271,6 +271,7 @@ static void free_large(void *p)
 
 __attribute__((noinline)) void vmap_free_general(void *p)
 {
+	enter();
 	/* errno survives: the range path makes only raw system calls, which
 	 * never touch it, and glibc's free preserves it (since 2.33). */
 	struct vmap_region *r = vmap_region_of((uintptr_t)p);

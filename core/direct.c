@@ -26,10 +26,12 @@
 #include "fast.h"
 #include "profile.h"
 
+/* Init and a thread's first call go through enter() on either path: the
+ * limit is 0 until init has set a direct backend up. */
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 {
-	enter();
 	if (size - 1 < __atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE)) {
+		enter();
 		bool mi = vmap_direct_mi;
 		void *p = mi ? vmap_mi.malloc(vmap_mi_size(size)) : vmap_libc.malloc(size);
 		if (__builtin_expect(p != NULL, 1)) {
@@ -45,10 +47,10 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 {
 	if (!p)
 		return;
-	enter();
 	/* mimalloc's block (its segments are never the arena's, an escape
 	 * block or a foreign pointer): asked first, only once it is loaded. */
-	if (!__builtin_expect(vmap_profile_on, 0) && vmap_mi_owns(p)) {
+	if (vmap_mi_owns(p) && !__builtin_expect(vmap_profile_on, 0)) {
+		enter();
 		count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_mimalloc_frees);
 		vmap_mi.free(p);
 		return;

@@ -218,7 +218,9 @@ void vmap_report_derive(struct vmap_figures *f)
 	is |= v[FIG_threads] > 1 ? IS_THREADS | IS_APPROX : 0;
 	is |= f->when == VMAP_WHEN_SIGNAL ? IS_APPROX : 0;
 	is |= is & IS_SMALL ? 0 : IS_NO_SMALL;
-	is |= v[FIG_slabs_made] ? IS_SLABS : IS_NO_SLABS;
+	is |= v[FIG_slabs_made]				     ? IS_SLABS
+	      : vmap_opt.backend == VMAP_BACKEND_MIMALLOC ? IS_NO_SLABS_MIMALLOC
+							  : IS_NO_SLABS;
 	is |= vmap_range_enabled() ? IS_ARENA : IS_NO_ARENA;
 	is |= vmap_lazy_limit != vmap_lazy_max ? IS_RAISED : 0;
 	is |= vmap_opt.purge_delay_ms ? IS_DELAY : 0;

@@ -91,6 +91,7 @@ enum {
 	IS_BACKEND_BUILTIN = 1u << 23,
 	IS_BACKEND_AUTO = 1u << 24,
 	IS_BACKEND_MIMALLOC = 1u << 25,
+	IS_NO_SLABS_MIMALLOC = 1u << 26, /* no slabs, but not glibc's alone either */
 };
 
 struct vmap_figures {

@@ -80,6 +80,7 @@ static const struct text_piece lines[] = {
 
 	{IS_SLABS, "small / large", "", {0}},
 	{IS_NO_SLABS, "small (glibc) / large", "", {0}},
+	{IS_NO_SLABS_MIMALLOC, "small / large", "", {0}},
 	{0, "", "%U / %U allocations (%B large in total); frees %U / %U",
 	 {F(small_allocs), F(large_allocs), F(large_bytes_allocated), F(small_frees), F(large_frees)}},
 	{IS_FOREIGN, "", "; foreign pointers left alone %U", {F(foreign_pointers)}},
