@@ -65,15 +65,6 @@ static inline void count(enum vmap_stat s)
 		vmap_fold_and_tick();
 }
 
-/* Two figures of one event: one fold countdown. */
-static inline void count2(enum vmap_stat a, enum vmap_stat b)
-{
-	vmap_local.n[a]++;
-	vmap_local.n[b]++;
-	vmap_local.dirty |= (1ull << a) | (1ull << b);
-	if (__builtin_expect(--vmap_local.budget <= 0, 0))
-		vmap_fold_and_tick();
-}
 
 /* ---- small backend ------------------------------------------------------ */
 
