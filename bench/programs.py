@@ -8,6 +8,13 @@ vmapalloc runs with its defaults (BACKEND=auto) and, as a second column, with
 VMAPALLOC_BACKEND=libc (the small requests all glibc's).
 
     bench/programs.py [-r 5] [--lib build/preload/libvmapalloc.so] [--only python3,sort]
+    bench/programs.py --backends [-r 5]   # each small backend beside its allocator alone
+
+--backends runs vmapalloc once per VMAPALLOC_BACKEND (libc, builtin, auto,
+mimalloc) beside glibc (no preload) and mimalloc preloaded alone, and adds a
+table of the pairs that serve small blocks with the same allocator:
+VMAPALLOC_BACKEND=libc over glibc alone, VMAPALLOC_BACKEND=mimalloc over
+mimalloc alone, per workload and as the geometric mean (1.00 = the same).
 
 Workloads (inputs are generated in a temp dir, deterministic):
   python3   build, serialise and parse a list of 200 000 small dicts, 3 times
@@ -19,6 +26,7 @@ Standard library only.
 """
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -83,7 +91,29 @@ def run(cmd, env):
         err.seek(0)
         if p.returncode != 0:
             raise SystemExit("failed: %s: %s" % (" ".join(cmd[:2]), err.read()[-300:]))
+        if b"vmapalloc: VMAPALLOC_BACKEND=" in err.read():
+            raise SystemExit("%s: the backend asked for (%s) was not used" %
+                             (" ".join(cmd[:2]), env.get("VMAPALLOC_BACKEND")))
         return wall, ru.ru_maxrss, out.read()
+
+
+def print_pairs(pairs, names, medians):
+    """Each vmapalloc backend over the allocator it hands small blocks to."""
+    print("\nmedian wall time of vmapalloc over the same small allocator alone "
+          "(1.00 = the same; geometric mean in the last row)")
+    head = ["workload"] + ["%s / %s" % p for p in pairs]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    logs = {p: [] for p in pairs}
+    for w in names:
+        cells = []
+        for p in pairs:
+            r = medians[(w, p[0])] / medians[(w, p[1])]
+            logs[p].append(math.log(r))
+            cells.append("%.3f" % r)
+        print("| %s | %s |" % (w, " | ".join(cells)))
+    print("| geometric mean | %s |" % " | ".join(
+        "%.3f" % math.exp(sum(logs[p]) / len(logs[p])) for p in pairs), flush=True)
 
 
 def main():
@@ -91,10 +121,23 @@ def main():
     ap.add_argument("-r", "--repeats", type=int, default=5)
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "preload", "libvmapalloc.so"))
     ap.add_argument("--only", help="comma list of workloads")
+    ap.add_argument("--backends", action="store_true",
+                    help="vmapalloc under each small backend beside glibc and mimalloc alone")
     a = ap.parse_args()
     allocs = [("glibc", None, {}), ("vmapalloc", a.lib, {}),
               ("vmapalloc-libc", a.lib, {"VMAPALLOC_BACKEND": "libc"})]
     allocs += [(n, p, {}) for n, p in OTHERS if os.path.exists(p)]
+    pairs = []
+    if a.backends:
+        mi = OTHERS[0][1]
+        allocs = [("glibc", None, {}),
+                  ("vmapalloc-libc", a.lib, {"VMAPALLOC_BACKEND": "libc"}),
+                  ("mimalloc", mi, {}),
+                  ("vmapalloc-mimalloc", a.lib, {"VMAPALLOC_BACKEND": "mimalloc"}),
+                  ("vmapalloc-builtin", a.lib, {"VMAPALLOC_BACKEND": "builtin"}),
+                  ("vmapalloc-auto", a.lib, {"VMAPALLOC_BACKEND": "auto"})]
+        pairs = [("vmapalloc-libc", "glibc"), ("vmapalloc-mimalloc", "mimalloc")]
+    medians = {}
     tmp = tempfile.mkdtemp(prefix="vmap-programs.")
     try:
         wl = workloads(tmp)
@@ -129,7 +172,10 @@ def main():
                 hi = max(x[0] for x in res[n])
                 rss = statistics.median(x[1] for x in res[n]) / 1024
                 cells.append("%.3f (%.2fx; %.3f-%.3f) %.0f MiB" % (m, m / base, lo, hi, rss))
+                medians[(w, n)] = m
             print("| %s | %s |" % (w, " | ".join(cells)), flush=True)
+        if pairs:
+            print_pairs(pairs, names, medians)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

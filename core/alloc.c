@@ -2,8 +2,9 @@
  * alloc.c — the malloc family: glibc's malloc contracts on top of two
  * allocators.
  *
- *   size <= VMAPALLOC_SMALL_MAX, alignment < page  -> small backend (glibc
- *                                                     or the builtin slabs)
+ *   size <= VMAPALLOC_SMALL_MAX, alignment < page  -> small backend (glibc,
+ *                                                     the builtin slabs or
+ *                                                     mimalloc)
  *   larger, page-aligned or page-granular requests -> range allocator
  *   pointer outside every arena region             -> glibc (its own, or
  *                                                     allocated before us,
@@ -49,7 +50,7 @@
  * gives them back after the delay, and where the timeline takes its
  * samples (timeline.c).  Entry points only, with no lock held.
  */
-__attribute__((noinline)) static void fold_and_tick(void)
+__attribute__((noinline)) void vmap_fold_and_tick(void)
 {
 	vmap_counter_flush_local();
 	bool timeline = __atomic_load_n(&vmap_timeline_next_ns, __ATOMIC_RELAXED) != UINT64_MAX;
@@ -68,18 +69,9 @@ static inline void count(enum vmap_stat s)
 	vmap_local.n[s]++;
 	vmap_local.dirty |= 1ull << s;
 	if (__builtin_expect(--vmap_local.budget <= 0, 0))
-		fold_and_tick();
+		vmap_fold_and_tick();
 }
 
-/* Two figures of one event: one fold countdown. */
-static inline void count2(enum vmap_stat a, enum vmap_stat b)
-{
-	vmap_local.n[a]++;
-	vmap_local.n[b]++;
-	vmap_local.dirty |= (1ull << a) | (1ull << b);
-	if (__builtin_expect(--vmap_local.budget <= 0, 0))
-		fold_and_tick();
-}
 
 /* ---- small backend ------------------------------------------------------ */
 
@@ -103,25 +95,54 @@ static inline void *small_malloc(size_t size)
 		vmap_auto_switch();
 	if (slab_serves(size) && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
-		if (__builtin_expect(p != NULL, 1))
+		if (__builtin_expect(p != NULL, 1)) {
+			count(VMAP_STAT_small_slab_allocs);
 			return p;
+		}
 	}
-	void *p = vmap_libc.malloc(size); /* or no slab could be had */
-	return __builtin_expect(p != NULL, 1) ? p : small_refused(size);
+	void *p; /* BACKEND=mimalloc once loaded (backend_mimalloc.c); glibc if it refuses */
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi.malloc(vmap_mi_size(size)))) {
+		count(VMAP_STAT_small_mimalloc_allocs);
+		return p;
+	}
+	p = vmap_libc.malloc(size); /* or no slab could be had */
+	if (__builtin_expect(p != NULL, 1)) {
+		count(VMAP_STAT_small_glibc_allocs);
+		return p;
+	}
+	return small_refused(size);
 }
 
 static void *small_memalign(size_t align, size_t size)
 {
+	void *p;
 	if (slab_serves(size) && !vmap_reentered()) {
-		void *p = vmap_slab_memalign(align, size);
-		if (p)
+		p = vmap_slab_memalign(align, size);
+		if (p) {
+			count(VMAP_STAT_small_slab_allocs);
 			return p;
+		}
 	}
-	return vmap_libc.memalign(align, size);
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi.malloc_aligned(size, align))) {
+		count(VMAP_STAT_small_mimalloc_allocs);
+		return p;
+	}
+	p = vmap_libc.memalign(align, size);
+	if (p)
+		count(VMAP_STAT_small_glibc_allocs);
+	return p;
 }
 
+/* A small block that is neither the arena's nor foreign: mimalloc's if its
+ * segment map says so (only once mimalloc is loaded), else glibc's. */
 static inline void small_free(void *p)
 {
+	if (vmap_mi_owns(p)) {
+		count(VMAP_STAT_small_mimalloc_frees);
+		vmap_mi.free(p);
+		return;
+	}
+	count(VMAP_STAT_small_glibc_frees);
 	vmap_libc.free(p);
 }
 
@@ -196,14 +217,15 @@ __attribute__((always_inline)) static inline void *large_alloc(size_t size, size
 	return p || align <= VMAP_PAGE ? p : vmap_escape_alloc(size, align);
 }
 
-__attribute__((noinline)) void *vmap_malloc_slow(size_t size)
+__attribute__((noinline)) void *vmap_malloc_general(size_t size)
 {
 	enter();
 	/* The builtin backend's objects first: the common case, in a few tests. */
 	if (slab_serves(size) && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
 		if (__builtin_expect(p != NULL, 1)) {
-			count2(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs);
+			count3(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs,
+			       VMAP_STAT_small_slab_allocs);
 			PROF_ALLOC(p, size, VMAP_PROFILE_SMALL);
 			return p;
 		}
@@ -265,10 +287,8 @@ static void free_large(void *p)
 		large_free_hooks();
 }
 
-__attribute__((noinline)) void vmap_free_slow(void *p)
+__attribute__((noinline)) void vmap_free_general(void *p)
 {
-	if (!p)
-		return;
 	enter();
 	/* errno survives: the range path makes only raw system calls, which
 	 * never touch it, and glibc's free preserves it (since 2.33). */
@@ -277,7 +297,7 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 	if (sl) {
 		if (__builtin_expect(vmap_profile_on, 0))
 			prof_free(p, 0);
-		count2(VMAP_STAT_free_calls, VMAP_STAT_small_frees);
+		count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_slab_frees);
 		if (vmap_reentered())
 			free_reentered(p);
 		else
@@ -294,53 +314,12 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 		   vmap_free_escape(p)) {
 		return;
 	} else {
-		/* glibc's block, or no block at all (on the stack, in static
-		 * data): glibc's free, which stops the program on a pointer it
+		/* mimalloc's block, glibc's, or no block at all (on the stack, in
+		 * static data): glibc's free stops the program on a pointer it
 		 * does not know, as it would without vmapalloc. */
 		count(VMAP_STAT_small_frees);
 		small_free(p);
 	}
-}
-
-/* The fast paths (fast.h) and their rare exits, out of line so that the fast
- * paths themselves save no register: leaving a section with something
- * parked, or with the class's current slab empty, or with a slab to move. */
-__attribute__((noinline, cold)) void *vmap_malloc_fast_leave(struct vmap_heap *h, void *o)
-{
-	vmap_reentry_leave_slow();
-	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + 1, __ATOMIC_RELAXED);
-	return o;
-}
-
-__attribute__((noinline)) void *vmap_malloc_refill(size_t size)
-{
-	vmap_reentry_leave_slow();
-	return vmap_malloc_slow(size);
-}
-
-__attribute__((noinline, cold)) void vmap_free_fast_leave(struct vmap_heap *h)
-{
-	vmap_reentry_leave_slow();
-	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
-}
-
-/* A slab changing lists (full -> partial, partial -> given back), then the
- * same exit. */
-__attribute__((noinline)) void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d)
-{
-	vmap_slab_owner_free_slow(h, d);
-	vmap_depth_leave();
-	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
-}
-
-void *vmap_malloc(size_t size)
-{
-	return vmap_fast_malloc(size);
-}
-
-void vmap_free(void *p)
-{
-	vmap_fast_free(p);
 }
 
 void *vmap_calloc(size_t n, size_t size)
@@ -359,8 +338,13 @@ void *vmap_calloc(size_t n, size_t size)
 			p = small_malloc(total);
 			if (p)
 				memset(p, 0, total);
+		} else if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) &&
+			   (p = vmap_mi.calloc(1, vmap_mi_size(total)))) {
+			count(VMAP_STAT_small_mimalloc_allocs);
 		} else {
 			p = vmap_libc.calloc(n, size);
+			if (p)
+				count(VMAP_STAT_small_glibc_allocs);
 		}
 		if (!p)
 			errno = ENOMEM;
@@ -392,6 +376,8 @@ static size_t usable(void *p)
 	struct escape *e = escape_of(p);
 	if (e)
 		return e->len;
+	if (vmap_mi_owns(p))
+		return vmap_mi.usable_size(p);
 	return vmap_libc.usable_size(p);
 }
 
@@ -409,7 +395,7 @@ static void *realloc_copy(void *p, size_t old, size_t size)
 		return NULL;
 	memcpy(q, p, old < size ? old : size);
 	count(VMAP_STAT_realloc_copied);
-	vmap_free(p);
+	vmap_free_general(p);
 	return q;
 }
 
@@ -424,12 +410,12 @@ static bool realloc_resize(void *p, size_t size)
 void *vmap_realloc(void *p, size_t size)
 {
 	if (!p)
-		return vmap_malloc(size);
+		return vmap_malloc_general(size);
 	enter();
 	count(VMAP_STAT_realloc_calls);
 	if (size == 0) {
 		/* glibc: realloc(p, 0) frees p and returns NULL. */
-		vmap_free(p);
+		vmap_free_general(p);
 		return NULL;
 	}
 	if (size > PTRDIFF_MAX) {
@@ -449,12 +435,15 @@ void *vmap_realloc(void *p, size_t size)
 	} else if (!vmap_range_owns(p) && (e = escape_of(p))) {
 		q = realloc_copy(p, e->len, size);
 	} else if (!vmap_range_owns(p)) {
-		/* glibc's block (or none: glibc stops the program): glibc
-		 * resizes it while it stays small. */
+		/* mimalloc's or glibc's block (or none: glibc stops the program):
+		 * its owner resizes it while it stays small; a large one is
+		 * copied into the arena. */
+		bool mi = vmap_mi_owns(p);
 		if (!is_large(size)) {
-			q = vmap_libc.realloc(p, size);
+			q = mi ? vmap_mi.realloc(p, vmap_mi_size(size)) : vmap_libc.realloc(p, size);
 		} else {
-			q = realloc_copy(p, vmap_libc.usable_size(p), size);
+			q = realloc_copy(p, mi ? vmap_mi.usable_size(p) : vmap_libc.usable_size(p),
+					 size);
 		}
 	} else {
 		size_t old = vmap_range_usable(p, "realloc");
@@ -612,6 +601,8 @@ int vmap_trim(size_t pad)
 		released = vmap_range_trim();
 		vmap_depth_leave();
 	}
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE))
+		vmap_mi.collect(true); /* mimalloc's free pages back to the system */
 	int glibc = vmap_libc.trim(pad);
 	return released > 0 || glibc;
 }
@@ -640,6 +631,10 @@ struct mallinfo2 vmap_mallinfo2(void)
 	mi.arena += slab_used + slab_rest;
 	mi.uordblks += slab_used;
 	mi.fordblks += slab_rest;
+	uint64_t mi_now, mi_peak; /* mimalloc's committed memory: its heap, all in use */
+	vmap_mimalloc_held(&mi_now, &mi_peak);
+	mi.arena += mi_now;
+	mi.uordblks += mi_now;
 	return mi;
 }
 

@@ -32,6 +32,7 @@ int vmap_malloc_info(int options, FILE *fp);
 /* Life cycle. */
 void vmap_init(void);            /* idempotent; every entry point calls it */
 void vmap_init_at_start(void);   /* the library's constructor (see init.c) */
+void vmap_backend_start(void);   /* then: loads mimalloc if it is the backend */
 void vmap_at_exit(void);         /* the destructor: the report */
 /* Around glibc's _Fork (preload/fork.c), which runs no fork handler: the
  * handlers fork() runs, when vmapalloc is initialised. */

@@ -14,6 +14,7 @@
 
 #include "alloc.h"
 #include "backend.h"
+#include "counter.h"
 #include "section.h"
 
 #define SMALL_ALIGN 16 /* alignof(max_align_t) */
@@ -30,6 +31,31 @@ extern uint32_t vmap_auto_after VMAP_HIDDEN;
 /* init.c: whether large frees call the purger thread's and the timeline's
  * hooks (alloc.c). */
 extern bool vmap_large_free_hooks VMAP_HIDDEN;
+/* BACKEND=libc, or mimalloc once loaded: every request of 1..vmap_direct_limit
+ * bytes goes straight to that one allocator (mimalloc's if vmap_direct_mi),
+ * ahead of the general path's tests; 0 = none (auto, builtin, or while the
+ * profile is on).  Written with vmap_direct_mi first (release). */
+extern size_t vmap_direct_limit VMAP_HIDDEN;
+extern bool vmap_direct_mi VMAP_HIDDEN;
+
+/* The general paths of malloc and free (alloc.c), behind direct.c's, and the
+ * fold of this thread's counts every VMAP_LOCAL_BATCH calls (alloc.c). */
+void *vmap_malloc_general(size_t size) VMAP_HIDDEN;
+void vmap_free_general(void *p) VMAP_HIDDEN;
+void vmap_fold_and_tick(void) VMAP_HIDDEN;
+
+/* Three figures of one event (a call, small, which allocator): one fold
+ * countdown. */
+static inline void count3(enum vmap_stat a, enum vmap_stat b, enum vmap_stat c)
+{
+	vmap_local.n[a]++;
+	vmap_local.n[b]++;
+	vmap_local.n[c]++;
+	vmap_local.dirty |= (1ull << a) | (1ull << b) | (1ull << c);
+	if (__builtin_expect(--vmap_local.budget <= 0, 0))
+		vmap_fold_and_tick();
+}
+
 /* Set once init is done (by the initialising thread at its end, by any other
  * thread on its first call after it; a forked child inherits it). */
 extern __thread bool vmap_tls_seen VMAP_HIDDEN;

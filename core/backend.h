@@ -36,7 +36,12 @@ struct vmap_libc {
 
 extern struct vmap_libc vmap_libc;
 
-enum vmap_backend { VMAP_BACKEND_LIBC = 0, VMAP_BACKEND_BUILTIN = 1, VMAP_BACKEND_AUTO = 2 };
+enum vmap_backend {
+	VMAP_BACKEND_LIBC = 0,
+	VMAP_BACKEND_BUILTIN = 1,
+	VMAP_BACKEND_AUTO = 2,
+	VMAP_BACKEND_MIMALLOC = 3,
+};
 
 /* What the walk that finds libc.so.6 saw on the way (backend.c note_order). */
 struct vmap_load {
@@ -61,5 +66,55 @@ int vmap_backend_init(struct vmap_load *load);
 void *vmap_elf_symbol(const char *object, const char *name);
 /* The same, for the definition of exactly that version ("GLIBC_2.34"). */
 void *vmap_elf_symbol_version(const char *object, const char *name, const char *version);
+
+/*
+ * The mimalloc backend (backend_mimalloc.c): mimalloc's functions, found in
+ * libmimalloc.so.2 once vmap_mimalloc_load() has loaded it (from the
+ * library's constructor, and only with VMAPALLOC_BACKEND=mimalloc);
+ * vmap_mi_on is set, with a release store, after every slot.  Until then,
+ * and in every process that did not ask for it, it is false and the slots
+ * are NULL.  The flag lives with the hot variables (section.h): every free
+ * of a glibc block reads it.
+ */
+struct vmap_mi {
+	void *(*malloc)(size_t n);
+	void *(*calloc)(size_t n, size_t size);
+	void *(*realloc)(void *p, size_t n);
+	void *(*malloc_aligned)(size_t n, size_t align);
+	size_t (*usable_size)(const void *p);
+	void (*free)(void *p);
+	bool (*owns)(const void *p); /* mi_is_in_heap_region: p in one of its segments */
+	void (*collect)(bool force);
+	void (*process_info)(size_t *elapsed_ms, size_t *user_ms, size_t *system_ms,
+			     size_t *rss, size_t *peak_rss, size_t *commit, size_t *peak_commit,
+			     size_t *faults);
+};
+
+extern struct vmap_mi vmap_mi;
+extern bool vmap_mi_on;
+
+/* Whether this build has the mimalloc backend (meson feature `mimalloc`). */
+bool vmap_mimalloc_built(void);
+/* Loads libmimalloc.so.2 and fills vmap_mi; 0, or -1 after printing one line
+ * saying why not.  dlopen allocates: never from inside malloc. */
+int vmap_mimalloc_load(void);
+/* mimalloc's committed memory now and at its peak (its own statistics, read
+ * without allocating); 0 and 0 when it is not loaded. */
+void vmap_mimalloc_held(uint64_t *now, uint64_t *peak);
+
+/* The size to ask mimalloc for: it aligns blocks of up to 8 bytes to 8 only,
+ * and malloc's contract, glibc's, is 16 (alignof(max_align_t)) for every
+ * size. */
+static inline size_t vmap_mi_size(size_t n)
+{
+	return n < 16 ? 16 : n;
+}
+
+/* Whether p is a block of mimalloc's: decided by its address (the segment
+ * map mimalloc keeps), whatever the backend in use. */
+static inline bool vmap_mi_owns(const void *p)
+{
+	return __builtin_expect(__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE), 0) && vmap_mi.owns(p);
+}
 
 #endif

@@ -23,6 +23,7 @@ void *vmap_malloc_refill(size_t size) VMAP_HIDDEN;
 void *vmap_malloc_fast_leave(struct vmap_heap *h, void *o) VMAP_HIDDEN;
 void vmap_free_fast_leave(struct vmap_heap *h) VMAP_HIDDEN;
 void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d) VMAP_HIDDEN;
+void vmap_fold_and_tick(void) VMAP_HIDDEN;
 
 /*
  * The fast paths: a thread with a heap (so seen, past init, slabs on), a slab
@@ -57,7 +58,12 @@ __attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return vmap_malloc_fast_leave(h, o);
-	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + 1, __ATOMIC_RELAXED);
+	uint64_t n = h->fast_mallocs + 1;
+	__atomic_store_n(&h->fast_mallocs, n, __ATOMIC_RELAXED);
+	/* Every 128th, the fold the general paths make every 128 calls: the
+	 * clock, and the age purge once it is due (alloc.c). */
+	if (__builtin_expect(!(n & 127), 0))
+		vmap_fold_and_tick();
 	return o;
 }
 

@@ -2,8 +2,10 @@
  * init.c — start-up and mode state: the init state machine (run once, on the
  * first call from any entry point, re-entrant on the initialising thread),
  * inert mode, the per-thread "seen" flag that detects the second thread (the
- * counter switch and the thread-exit key), the switch to the slabs, the gate
- * of the _Fork hooks and the exit report.
+ * counter switch and the thread-exit key), the switch to the slabs, the
+ * backend's start (mimalloc loaded from the constructor, or the default in
+ * one line), the direct path's mode, the gate of the _Fork hooks and the exit
+ * report.
  *
  * Invariants: a call made during init on the initialising thread goes to
  * glibc; nothing in init calls malloc, stdio, getenv or dlsym.  The order in
@@ -36,6 +38,8 @@ size_t vmap_slab_limit VMAP_HOT; /* alloc_impl.h */
 size_t vmap_fast_limit VMAP_HOT; /* fast.h */
 uint32_t vmap_auto_after VMAP_HOT; /* alloc_impl.h */
 bool vmap_large_free_hooks;        /* alloc_impl.h */
+size_t vmap_direct_limit VMAP_HOT; /* alloc_impl.h */
+bool vmap_direct_mi VMAP_HOT;
 /* Requests above this size are large (the arena's): SMALL_MAX, but with
  * BACKEND=auto, as long as no arena is set up, at least glibc's first mmap
  * threshold (128 KiB): a short process whose blocks glibc would keep in its
@@ -164,14 +168,29 @@ static void slab_switch_on(void)
 		__atomic_store_n(&vmap_fast_limit, 0, __ATOMIC_SEQ_CST);
 }
 
+/* BACKEND=libc or mimalloc: the direct path, unless the profile is on (the
+ * same handshake as the slabs' fast path above). */
+static void direct_on(bool mi)
+{
+	__atomic_store_n(&vmap_direct_mi, mi, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_direct_limit, vmap_opt.small_max, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&vmap_profile_on, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&vmap_direct_limit, 0, __ATOMIC_SEQ_CST);
+}
+
 void vmap_fast_paths_off(void)
 {
+	__atomic_store_n(&vmap_direct_limit, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&vmap_fast_limit, 0, __ATOMIC_SEQ_CST);
 	vmap_range_fast_free_off();
 }
 
 __attribute__((noinline, cold)) void vmap_auto_switch(void)
 {
+	/* Only auto switches: under the other backends auto_after is 0, which
+	 * a thread's 32-bit count of small requests meets again when it wraps. */
+	if (vmap_opt.backend != VMAP_BACKEND_AUTO)
+		return;
 	__atomic_store_n(&vmap_auto_after, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
 	slab_switch_on();
@@ -219,6 +238,14 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	 * made by the second thread: neither is of use to a single-threaded
 	 * process making small allocations (a system call and libc's key table
 	 * page fewer in every process). */
+	if (vmap_opt.backend == VMAP_BACKEND_MIMALLOC && !vmap_mimalloc_built()) {
+		vmap_say("VMAPALLOC_BACKEND=mimalloc: this build has no mimalloc backend ",
+			 "(meson -Dmimalloc=enabled with libmimalloc-dev installed); ",
+			 "using the default backend (auto)");
+		vmap_opt.backend = VMAP_BACKEND_AUTO;
+	}
+	/* BACKEND=mimalloc: glibc's until the constructor has loaded mimalloc
+	 * (vmap_backend_start), then mimalloc's; blocks by address. */
 	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN) {
 		slab_switch_on(); /* its slabs come from the arena, set up with the first */
 		/* glibc sets its allocator up on its first call, unlocked: it counts
@@ -231,6 +258,8 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	}
 	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
 		vmap_auto_after = (uint32_t)vmap_opt.auto_after;
+	else if (vmap_opt.backend == VMAP_BACKEND_LIBC)
+		direct_on(false);
 	vmap_large_above = vmap_opt.small_max;
 	if (vmap_auto_after && !vmap_opt.guard && vmap_large_above < AUTO_LARGE_ABOVE)
 		vmap_large_above = AUTO_LARGE_ABOVE; /* (GUARD=1 wants every block over SMALL_MAX guarded) */
@@ -248,6 +277,28 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	vmap_tls_seen = true;
 	__atomic_store_n(&vmap_init_state, INIT_DONE, __ATOMIC_RELEASE);
 	vmap_tls_in_init = false;
+}
+
+/*
+ * The library's constructor, after init: BACKEND=mimalloc loads mimalloc here
+ * (dlopen allocates, so never from inside malloc).  If it cannot be loaded,
+ * one line (backend_mimalloc.c) and the default, auto, as if asked for: the
+ * switch to the slabs after AUTO_AFTER small requests, and large blocks
+ * above glibc's mmap threshold while there is no arena.
+ */
+void vmap_backend_start(void)
+{
+	if (__atomic_load_n(&vmap_init_state, __ATOMIC_ACQUIRE) != INIT_DONE || vmap_inert ||
+	    vmap_opt.backend != VMAP_BACKEND_MIMALLOC)
+		return;
+	if (vmap_mimalloc_load() == 0) {
+		direct_on(true);
+		return;
+	}
+	vmap_opt.backend = VMAP_BACKEND_AUTO;
+	if (!vmap_opt.guard && !vmap_range_enabled() && vmap_large_above < AUTO_LARGE_ABOVE)
+		__atomic_store_n(&vmap_large_above, AUTO_LARGE_ABOVE, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_auto_after, (uint32_t)vmap_opt.auto_after, __ATOMIC_RELAXED);
 }
 
 /* The key whose destructor runs thread_exit, made once, by the first thread

@@ -28,7 +28,7 @@ enum vmap_opt_type { T_SIZE, T_UINT, T_BOOL, T_ENUM, T_STR };
  */
 struct vmap_option_desc {
 	char name[24];    /* longest: PROFILE_LARGE_SAMPLE */
-	char choices[24]; /* longest: none|USR1|USR2|PROF */
+	char choices[32]; /* longest: libc|builtin|auto|mimalloc */
 	enum vmap_opt_type type;
 	uint32_t doc;     /* offset in option_docs */
 	uint64_t def, min, max;

@@ -69,12 +69,14 @@ const char *vmap_stat_name(unsigned i)
 /* What the slab fast paths counted in the heaps (slab.h) into statistic i. */
 static int64_t fast_part(unsigned i)
 {
-	if (i != VMAP_STAT_malloc_calls && i != VMAP_STAT_small_allocs &&
-	    i != VMAP_STAT_free_calls && i != VMAP_STAT_small_frees)
+	bool alloc = i == VMAP_STAT_malloc_calls || i == VMAP_STAT_small_allocs ||
+		     i == VMAP_STAT_small_slab_allocs;
+	if (!alloc && i != VMAP_STAT_free_calls && i != VMAP_STAT_small_frees &&
+	    i != VMAP_STAT_small_slab_frees)
 		return 0;
 	uint64_t m, f;
 	vmap_slab_fast_counts(&m, &f);
-	return (int64_t)(i == VMAP_STAT_malloc_calls || i == VMAP_STAT_small_allocs ? m : f);
+	return (int64_t)(alloc ? m : f);
 }
 
 uint64_t vmap_stat_value(unsigned i)
@@ -216,7 +218,9 @@ void vmap_report_derive(struct vmap_figures *f)
 	is |= v[FIG_threads] > 1 ? IS_THREADS | IS_APPROX : 0;
 	is |= f->when == VMAP_WHEN_SIGNAL ? IS_APPROX : 0;
 	is |= is & IS_SMALL ? 0 : IS_NO_SMALL;
-	is |= v[FIG_slabs_made] ? IS_SLABS : IS_NO_SLABS;
+	is |= v[FIG_slabs_made]				     ? IS_SLABS
+	      : vmap_opt.backend == VMAP_BACKEND_MIMALLOC ? IS_NO_SLABS_MIMALLOC
+							  : IS_NO_SLABS;
 	is |= vmap_range_enabled() ? IS_ARENA : IS_NO_ARENA;
 	is |= vmap_lazy_limit != vmap_lazy_max ? IS_RAISED : 0;
 	is |= vmap_opt.purge_delay_ms ? IS_DELAY : 0;
@@ -239,6 +243,9 @@ void vmap_report_derive(struct vmap_figures *f)
 	uint64_t in_shards = shards_cached();
 	v[FIG_thread_cache_bytes] = v[FIG_cached_bytes] > in_shards ? v[FIG_cached_bytes] - in_shards : 0;
 	v[FIG_large_served] = v[FIG_pool_hits] + v[FIG_run_hits] + v[FIG_pool_misses];
+	v[FIG_backend] = vmap_opt.backend;
+	f->is |= IS_BACKEND_LIBC << (vmap_opt.backend & 3);
+	v[FIG_small_all] += v[FIG_mimalloc_bytes];
 }
 
 void vmap_report_collect(struct vmap_figures *f, int when)
@@ -279,5 +286,6 @@ void vmap_report_collect(struct vmap_figures *f, int when)
 		v[FIG_small_in_use] = mi.uordblks + mi.hblkhd;
 		v[FIG_small_heap] = mi.arena + mi.hblkhd;
 	}
+	vmap_mimalloc_held(&v[FIG_mimalloc_bytes], &v[FIG_mimalloc_peak]); /* no lock, no allocation */
 	vmap_report_derive(f);
 }

@@ -105,6 +105,30 @@ static void write_size_table(struct vmap_buf *b)
 	vmap_buf_char(b, ']');
 }
 
+static const char backend_name[][10] = {"libc", "builtin", "auto", "mimalloc"};
+
+/* The small backend in use, and what each small allocator served and holds:
+ * glibc's bytes from its mallinfo2 (null in a signal handler), the slabs'
+ * address space, mimalloc's committed memory. */
+static void write_backends(struct vmap_buf *b, const struct vmap_figures *f)
+{
+	const uint64_t *v = f->v;
+	vmap_buf_printf(b, ", \"backend\": \"%s\", \"small_backends\": {\"glibc\": {\"allocs\": %U, "
+			"\"frees\": %U, \"bytes_in_use\": ",
+			backend_name[v[FIG_backend] & 3], v[FIG_small_glibc_allocs],
+			v[FIG_small_glibc_frees]);
+	if (f->is & IS_SMALL)
+		vmap_buf_printf(b, "%U", v[FIG_small_in_use]);
+	else
+		vmap_buf_str(b, "null");
+	vmap_buf_printf(b, "}, \"slabs\": {\"allocs\": %U, \"frees\": %U, \"bytes\": %U}, "
+			"\"mimalloc\": {\"allocs\": %U, \"frees\": %U, \"committed_bytes\": %U, "
+			"\"committed_peak_bytes\": %U}}",
+			v[FIG_small_slab_allocs], v[FIG_small_slab_frees], v[FIG_slab_bytes],
+			v[FIG_small_mimalloc_allocs], v[FIG_small_mimalloc_frees],
+			v[FIG_mimalloc_bytes], v[FIG_mimalloc_peak]);
+}
+
 void vmap_report_json(struct vmap_buf *b, const struct vmap_figures *f)
 {
 	const uint64_t *v = f->v;
@@ -131,6 +155,7 @@ void vmap_report_json(struct vmap_buf *b, const struct vmap_figures *f)
 	write_shard_table(b);
 	vmap_buf_printf(b, ", \"thread_cache_bytes\": %U", v[FIG_thread_cache_bytes]);
 	write_size_table(b);
+	write_backends(b, f);
 }
 
 /* malloc_info()'s XML: every statistic, then what the system says. */

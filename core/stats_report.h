@@ -54,6 +54,9 @@ enum vmap_fig {
 	FIG_thread_cache_bytes, /* cached_bytes not in a shard's pools or runs */
 	FIG_large_served,     /* pool_hits + run_hits + pool_misses */
 	FIG_slab_in_use,      /* bytes of the builtin slabs' objects in use (mallinfo's) */
+	FIG_backend,          /* VMAPALLOC_BACKEND in use (enum vmap_backend) */
+	FIG_mimalloc_bytes,   /* mimalloc's committed memory (its mi_process_info) */
+	FIG_mimalloc_peak,    /* ... at its peak */
 	FIG_COUNT
 };
 _Static_assert(FIG_large_bytes_peak == (int)VMAP_STAT_COUNT, "statistics first");
@@ -84,6 +87,11 @@ enum {
 	IS_PERCPU = 1u << 19,      /* counters per-CPU */
 	IS_PERCPU_START = 1u << 20, /* ... from the start */
 	IS_PERCPU_LATER = 1u << 21, /* ... since the second thread */
+	IS_BACKEND_LIBC = 1u << 22, /* the small backend in use */
+	IS_BACKEND_BUILTIN = 1u << 23,
+	IS_BACKEND_AUTO = 1u << 24,
+	IS_BACKEND_MIMALLOC = 1u << 25,
+	IS_NO_SLABS_MIMALLOC = 1u << 26, /* no slabs, but not glibc's alone either */
 };
 
 struct vmap_figures {

@@ -42,8 +42,21 @@ static const struct text_piece lines[] = {
 	{IS_SMALL, "small blocks in use", "%B (glibc, of a %B heap)", {F(small_in_use), F(small_heap)}},
 	{IS_SMALL | IS_SLABS, "", " + builtin slabs %B in use of %B in %U",
 	 {F(slab_in_use), F(slab_bytes), F(slabs_in_use)}},
+	{IS_SMALL | IS_BACKEND_MIMALLOC, "", " + mimalloc %B committed", {F(mimalloc_bytes)}},
 	{IS_SMALL, "", "; in all %B", {F(small_all)}},
 	{IS_NO_SMALL, "small blocks in use", "(glibc's figures are not read in a signal handler)", {0}},
+
+	/* Who served the small requests: allocations / frees of each. */
+	{IS_BACKEND_LIBC, "small backend", "libc: glibc %U / %U", {F(small_glibc_allocs),
+	 F(small_glibc_frees)}},
+	{IS_BACKEND_BUILTIN, "small backend", "builtin: slabs %U / %U, glibc %U / %U",
+	 {F(small_slab_allocs), F(small_slab_frees), F(small_glibc_allocs), F(small_glibc_frees)}},
+	{IS_BACKEND_AUTO, "small backend", "auto: glibc %U / %U, slabs %U / %U",
+	 {F(small_glibc_allocs), F(small_glibc_frees), F(small_slab_allocs), F(small_slab_frees)}},
+	{IS_BACKEND_MIMALLOC, "small backend", "mimalloc: %U / %U (%B committed, peak %B)",
+	 {F(small_mimalloc_allocs), F(small_mimalloc_frees), F(mimalloc_bytes), F(mimalloc_peak)}},
+	{IS_BACKEND_MIMALLOC, "", ", glibc %U / %U", {F(small_glibc_allocs), F(small_glibc_frees)}},
+	{0, "", " (allocations / frees)", {0}},
 
 	{0, "resident (VmRSS)", "%B (peak %B)", {F(rss), F(hwm)}},
 	{IS_ROLLUP, "", "; AnonHugePages %B, LazyFree %B", {F(anon_huge), F(lazy_free)}},
@@ -68,6 +81,7 @@ static const struct text_piece lines[] = {
 
 	{IS_SLABS, "small / large", "", {0}},
 	{IS_NO_SLABS, "small (glibc) / large", "", {0}},
+	{IS_NO_SLABS_MIMALLOC, "small / large", "", {0}},
 	{0, "", "%U / %U allocations (%B large in total); frees %U / %U",
 	 {F(small_allocs), F(large_allocs), F(large_bytes_allocated), F(small_frees), F(large_frees)}},
 

@@ -139,6 +139,7 @@ EXPORT int vmapalloc_stats_print(int fd, int format)
 __attribute__((constructor)) static void vmapalloc_ctor(void)
 {
 	vmap_init_at_start();
+	vmap_backend_start(); /* loads mimalloc if VMAPALLOC_BACKEND=mimalloc: not inside malloc */
 	if (vmap_profile_start()) /* loads libunwind if VMAPALLOC_PROFILE=1: not inside malloc */
 		vmap_fast_paths_off();
 }

@@ -5,6 +5,7 @@
  */
 #include "unit.h"
 
+#include "backend.h"
 #include "fmt.h"
 #include "stats.h"
 #include "stats_report.h"
@@ -524,6 +525,7 @@ static void report_figures(struct vmap_figures *f, bool in_signal)
 		vmap_lazy_limit = vmap_lazy_max;
 		vmap_opt.purge_delay_ms = 0;
 		vmap_opt.purge_advice = VMAP_ADVICE_DONTNEED;
+		vmap_opt.backend = VMAP_BACKEND_AUTO;
 	} else {
 		f->is = IS_SMALL | IS_ROLLUP;
 		v[FIG_parent_pid] = 41;
@@ -538,6 +540,9 @@ static void report_figures(struct vmap_figures *f, bool in_signal)
 		vmap_lazy_limit = 128 * MiB;
 		vmap_opt.purge_delay_ms = 2000;
 		vmap_opt.purge_advice = VMAP_ADVICE_FREE;
+		vmap_opt.backend = VMAP_BACKEND_MIMALLOC;
+		v[FIG_mimalloc_bytes] = 32 * MiB;
+		v[FIG_mimalloc_peak] = 40 * MiB;
 	}
 	vmap_report_derive(f);
 }
@@ -567,7 +572,9 @@ Test(report, text_of_chosen_figures_is_exact)
 		"  (2 other thread(s) still running: figures may be approximate)\n"
 		"  large blocks in use       46.6 MiB in 62127987 blocks (peak 88.7 MiB)\n"
 		"  small blocks in use       293 KiB (glibc, of a 391 KiB heap) + builtin slabs "
-		"20.0 MiB in use of 56.6 MiB in 18880860; in all 143 MiB\n"
+		"20.0 MiB in use of 56.6 MiB in 18880860 + mimalloc 32.0 MiB committed; in all 175 MiB\n"
+		"  small backend             mimalloc: 71650138 / 5804591 (32.0 MiB committed, "
+		"peak 40.0 MiB), glibc 99031457 / 5453230 (allocations / frees)\n"
 		"  resident (VmRSS)          5.00 MiB (peak 6.00 MiB); AnonHugePages 2.00 MiB, "
 		"LazyFree 4.00 KiB\n"
 		"  cached for reuse          79.2 MiB (no arena yet: set up on the first large block "
@@ -599,6 +606,8 @@ Test(report, text_in_a_signal_handler_says_what_it_did_not_read)
 		"12.810 ms after start\n"
 		"  large blocks in use       46.6 MiB in 62127987 blocks (peak 88.7 MiB)\n"
 		"  small blocks in use       (glibc's figures are not read in a signal handler)\n"
+		"  small backend             auto: glibc 99031457 / 5453230, slabs 51013204 / "
+		"33422541 (allocations / frees)\n"
 		"  resident (VmRSS)          5.00 MiB (peak 6.00 MiB)\n"
 		"  cached for reuse          79.2 MiB (no arena yet: set up on the first large block "
 		"or served mmap)\n"
@@ -659,7 +668,12 @@ Test(report, json_of_chosen_figures_is_exact)
 		    "\"purge_delay_ms\": 2000, \"purge_advice\": \"free\", \"mappings\": 120, \"mappings_own\": 9, "
 		    "\"max_map_count\": 65530, \"shards\": 0, \"counter_mode\": \"percpu\", "
 		    "\"counter_switch_ns\": 3500000, \"counters\": {",
-		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": []");
+		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": [], "
+		    "\"backend\": \"mimalloc\", \"small_backends\": {\"glibc\": {\"allocs\": 99031457, "
+		    "\"frees\": 5453230, \"bytes_in_use\": 300000}, \"slabs\": {\"allocs\": 51013204, "
+		    "\"frees\": 33422541, \"bytes\": 59381249}, \"mimalloc\": {\"allocs\": 71650138, "
+		    "\"frees\": 5804591, \"committed_bytes\": 33554432, "
+		    "\"committed_peak_bytes\": 41943040}}");
 }
 
 Test(report, json_in_a_signal_handler_has_nulls_for_what_it_did_not_read)
@@ -678,5 +692,9 @@ Test(report, json_in_a_signal_handler_has_nulls_for_what_it_did_not_read)
 		    "\"purge_delay_ms\": 0, \"purge_advice\": \"dontneed\", \"mappings\": 120, \"mappings_own\": 9, "
 		    "\"max_map_count\": null, \"shards\": 0, \"counter_mode\": \"atomic\", "
 		    "\"counter_switch_ns\": null, \"counters\": {",
-		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": []");
+		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": [], "
+		    "\"backend\": \"auto\", \"small_backends\": {\"glibc\": {\"allocs\": 99031457, "
+		    "\"frees\": 5453230, \"bytes_in_use\": null}, \"slabs\": {\"allocs\": 51013204, "
+		    "\"frees\": 33422541, \"bytes\": 59381249}, \"mimalloc\": {\"allocs\": 71650138, "
+		    "\"frees\": 5804591, \"committed_bytes\": 0, \"committed_peak_bytes\": 0}}");
 }

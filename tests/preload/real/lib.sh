@@ -155,6 +155,10 @@ real_compare() {
         tail -n 20 "$REAL_TMP/preload.err" >&2
         real_fail "outputs differ"
     fi
+    # A backend asked for (VMAPALLOC_BACKEND) and not had says so in one line.
+    if grep -- '^vmapalloc: VMAPALLOC_BACKEND=' "$REAL_TMP/preload.err" >&2; then
+        real_fail "the backend asked for (${VMAPALLOC_BACKEND-}) was not used"
+    fi
     real_log "outputs identical: $(wc -l <"$plain") lines, sha256 $(sha256sum <"$plain" | cut -c1-16)"
     real_log "PASS in $(real_secs "$REAL_START" "$(real_now)") s (whole script)"
 }

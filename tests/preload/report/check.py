@@ -279,12 +279,18 @@ def scenario(name, d):
         ok(False, f"unknown scenario {name}")
 
 
+def small_label():
+    """The calls line's label: glibc's alone, or with slabs or mimalloc beside it."""
+    b = os.environ.get("VMAPALLOC_BACKEND", "auto")
+    return "small / large" if b in ("builtin", "mimalloc") else "small (glibc) / large"
+
+
 def text(d, profile):
     err = open(os.path.join(d, "err.txt")).read()
     ok(err.startswith("vmapalloc 0.1.0 report at exit: pid "), f"text report does not start the stderr: {err[:80]!r}")
     for label in ("large blocks in use", "small blocks in use", "resident (VmRSS)", "AnonHugePages", "LazyFree",
                   "cached for reuse", "address space reserved", "mappings", "of vm.max_map_count", "calls",
-                  "small (glibc) / large", "large reuse", "purges", "program's mmap", "locks", "counters",
+                  small_label(), "large reuse", "purges", "program's mmap", "locks", "counters",
                   "shards (read without their locks", "pools by size"):
         ok(label in err, f"text report without '{label}'")
     ok("{" not in err, "JSON in a text report")
