@@ -430,6 +430,21 @@ static uint64_t natural_vmas(void)
 	return n;
 }
 
+/* An upper-bound estimate (moves, PROT_NONE pieces) is checked against
+ * /proc/self/maps when it reaches its budget, but not more often than this:
+ * a pass over the maps costs microseconds per mapping. */
+#define RECOUNT_NS (10 * 1000000ull)
+
+uint64_t vmap_arena_recount(uint64_t *counted_ns)
+{
+	uint64_t now = vmap_os_now_ns(), last = __atomic_load_n(counted_ns, __ATOMIC_RELAXED);
+	if (now - last < RECOUNT_NS ||
+	    !__atomic_compare_exchange_n(counted_ns, &last, now, false, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED))
+		return UINT64_MAX;
+	return vmap_arena_extra_vmas();
+}
+
 uint64_t vmap_arena_extra_vmas(void)
 {
 	uintptr_t lo[VMAP_OWN_RANGES_MAX], hi[VMAP_OWN_RANGES_MAX];

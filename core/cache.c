@@ -445,21 +445,14 @@ bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages)
 	return kept;
 }
 
-uint64_t vmap_cache_drain_self(uint64_t stamp)
+void vmap_cache_drain_self(uint64_t stamp)
 {
 	struct vmap_tcache *tc = vmap_tc_state == TC_ACTIVE ? vmap_tc : NULL;
 	if (!tc || !tc->bytes)
-		return 0;
+		return;
 	tc_enter(tc);
-	uint64_t bytes = tc->bytes;
 	drain_all(tc, stamp);
 	tc_leave(tc);
-	return bytes;
-}
-
-uint64_t vmap_cache_bytes_self(void)
-{
-	return vmap_tc_state == TC_ACTIVE ? vmap_tc->bytes : 0;
 }
 
 void vmap_cache_thread_exit(void)

@@ -24,12 +24,10 @@ uintptr_t vmap_cache_grow_hot(uint64_t *pages);
  * thread is a consumer, or the cache is full by bytes). */
 bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages);
 /* Sends what the calling thread's cache holds to the shards' pools, stamped
- * `stamp` (0: as old as can be); bytes moved.  For the purges that must reach
+ * `stamp` (0: as old as can be).  For the purges that must reach
  * it: fork (the copy would pay for it) and fresh memory carved while it holds
  * areas that did not fit (purge.c, vmap_purge_fresh). */
-uint64_t vmap_cache_drain_self(uint64_t stamp);
-/* Bytes in the calling thread's cache. */
-uint64_t vmap_cache_bytes_self(void);
+void vmap_cache_drain_self(uint64_t stamp);
 /* At thread exit: drains the thread's cache for good. */
 void vmap_cache_thread_exit(void);
 /* malloc_trim: every thread drains its cache on its next call; this one now. */

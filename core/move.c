@@ -112,10 +112,9 @@ static void retire_destination(void *q)
  * the purge maps such pages afresh, which merges them back.  vmap_moves
  * counts two VMAs per move, an upper bound since moves last counted: when a
  * move would take it past two thirds of the VMA budget (arena.c), the VMAs
- * are counted again in /proc/self/maps (at most every MOVE_RECOUNT_NS), and
+ * are counted again in /proc/self/maps (vmap_arena_recount), and
  * past the budget realloc copies.
  */
-#define MOVE_RECOUNT_NS (10 * 1000000ull)
 static uint64_t vmap_moves_counted_ns;
 
 void vmap_moves_count(unsigned areas)
@@ -128,13 +127,10 @@ bool vmap_moves_allowed(void)
 	uint64_t max = vmap_vma_budget() / 3 * 2;
 	if (__atomic_load_n(&vmap_moves, __ATOMIC_RELAXED) + 2 <= max)
 		return true;
-	uint64_t now = vmap_os_now_ns(), last = __atomic_load_n(&vmap_moves_counted_ns, __ATOMIC_RELAXED);
-	if (now - last < MOVE_RECOUNT_NS ||
-	    !__atomic_compare_exchange_n(&vmap_moves_counted_ns, &last, now, false, __ATOMIC_RELAXED,
-					 __ATOMIC_RELAXED))
+	uint64_t extra = vmap_arena_recount(&vmap_moves_counted_ns);
+	if (extra == UINT64_MAX)
 		return false;
 	/* What is not the lazily unmapped pieces' (two VMAs each at most). */
-	uint64_t extra = vmap_arena_extra_vmas();
 	uint64_t pieces = 2 * (uint64_t)__atomic_load_n(&vmap_protected_runs, __ATOMIC_RELAXED) +
 			  __atomic_load_n(&vmap_none_vmas, __ATOMIC_RELAXED);
 	uint64_t moves = extra > pieces ? extra - pieces : 0;

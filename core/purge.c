@@ -63,10 +63,8 @@ static uint64_t vmap_pressure_ns; /* when the last pressure purge ran */
 
 enum purge_mode { PURGE_PRESSURE, PURGE_FRESH, PURGE_AGE, PURGE_ALL, PURGE_FORK };
 
-/* Fresh memory carved since the cache last paid for it (vmap_purge_fresh),
- * and what the purge in progress is to release for it. */
+/* Fresh memory carved since the cache last paid for it (vmap_purge_fresh). */
 static uint64_t vmap_fresh_debt;
-static uint64_t fresh_want; /* purge lock */
 
 /* The approximate read of a gauge, clamped at 0.  In per-CPU mode the base
  * alone can be below zero (one CPU's slot holds the frees, another's the
@@ -78,16 +76,6 @@ static uint64_t approx(enum vmap_stat s)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
-/*
- * The pressure limit in effect: the adaptive limit, or the bytes the program
- * has in use in large blocks when that is more (served mmaps not: see above).  A cache
- * smaller than the live heap is what a program that frees and allocates at
- * random keeps needing: the fragments between its live blocks.  Purging it
- * only made the next allocations fault it in again.  Cached bytes stay bounded:
- * under the larger of the limit and the bytes in use, so RSS stays within
- * twice the live heap plus the limit, as the adaptive limit allowed already.
- * A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no floor.
- */
 static uint64_t big_free_max; /* the largest area of 2 MiB or more freed since the last age purge */
 
 void vmap_purge_note_big_free(uint64_t bytes)
@@ -97,14 +85,23 @@ void vmap_purge_note_big_free(uint64_t bytes)
 }
 
 /*
- * A limit raised for a refaulting loop on big blocks (2 MiB or more) keeps what the loop needs: the biggest block it frees and
- * allocates again, on top of the heap in use.  When the program frees most
- * of its heap (a run winding down), the rest of the raised limit is not kept
- * for it: capped at twice the bytes in use plus vmap_lazy_max plus the
- * largest area freed since the last age purge.  Not when no big area was
- * freed: threads handing pooled blocks to each other keep little in use and
- * refault whatever the cap would purge (a producer/consumer benchmark of
- * 64 KiB..1 MiB blocks ran at 0.43x).
+ * The pressure limit in effect: the adaptive limit, or the bytes the program
+ * has in use in large blocks when that is more (served mmaps not: see above).  A cache
+ * smaller than the live heap is what a program that frees and allocates at
+ * random keeps needing: the fragments between its live blocks.  Purging it
+ * only made the next allocations fault it in again.  Cached bytes stay bounded:
+ * under the larger of the limit and the bytes in use, so RSS stays within
+ * twice the live heap plus the limit, as the adaptive limit allowed already.
+ * A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no floor.
+ *
+ * A limit raised for a refaulting loop on big blocks (2 MiB or more) keeps
+ * what the loop needs: the biggest block it frees and allocates again, on
+ * top of the heap in use.  When the program frees most of its heap (a run
+ * winding down), the rest is not kept for it: capped at twice the bytes in
+ * use plus vmap_lazy_max plus the largest area freed since the last age
+ * purge.  Not when no big area was freed: threads handing pooled blocks to
+ * each other keep little in use and refault whatever the cap would purge (a
+ * producer/consumer benchmark of 64 KiB..1 MiB blocks ran at 0.43x).
  */
 static uint64_t pressure_limit(void)
 {
@@ -129,7 +126,7 @@ static uint64_t pressure_limit(void)
  * the exact-size pools: a quarter of each, oldest first, under pressure;
  * everything older than the delay by age; all of it for malloc_trim.
  */
-static unsigned collect(enum purge_mode mode, uint64_t older_than)
+static unsigned collect(enum purge_mode mode, uint64_t older_than, uint64_t fresh_want)
 {
 	unsigned n = 0;
 	uint64_t want = UINT64_MAX;
@@ -418,7 +415,6 @@ static size_t purge(enum purge_mode mode, uint64_t now, uint64_t want)
 		vmap_lock(&vmap_purge_lock, VMAP_RANK_PURGE);
 	else if (!vmap_trylock(&vmap_purge_lock, VMAP_RANK_PURGE))
 		return 0; /* someone else is purging: carry on */
-	fresh_want = want;
 	unsigned cpu = vmap_os_cpu();
 	vmap_stat_add_cpu(cpu, VMAP_STAT_shared_lock_acquisitions, 1);
 	uint64_t delay = vmap_opt.purge_delay_ms * 1000000ull;
@@ -427,7 +423,7 @@ static size_t purge(enum purge_mode mode, uint64_t now, uint64_t want)
 	size_t bytes = 0;
 	unsigned syscalls = 0;
 	for (unsigned round = 0; mode >= PURGE_ALL || round < PURGE_ROUNDS; round++) {
-		unsigned n = collect(mode, older_than);
+		unsigned n = collect(mode, older_than, want);
 		if (!n)
 			break;
 		sort_victims(victims, n);
@@ -540,7 +536,11 @@ static void age_purge(uint64_t now, uint64_t cached)
 /* The pressure purge if the cache is over its limit: true if it was. */
 static bool pressure_check(uint64_t now, uint64_t cached)
 {
-	uint64_t limit = vmap_lazy_max; /* no limit is lower: one compare in the common case */
+	/* One compare in the common case: the raised limit, or the lowest a cap
+	 * can make it once big areas were freed (pressure_limit). */
+	uint64_t limit = __atomic_load_n(&big_free_max, __ATOMIC_RELAXED)
+				 ? vmap_lazy_max
+				 : __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
 	if (cached > limit && cached > (limit = pressure_limit())) {
 		int64_t futile = __atomic_load_n(&vmap_purge_futile_at, __ATOMIC_RELAXED);
 		if (futile >= 0 && (int64_t)cached < futile + (int64_t)(limit / 8))
@@ -568,12 +568,12 @@ void vmap_purge_maybe(uint64_t now)
  * runs fault in, while the areas cached did not fit the request: kept
  * resident beside the new pages, they are what makes resident memory grow
  * past the live heap.  So every fresh page carved releases one cached page,
- * the oldest first, in batches of FRESH_BATCH, as long as more than
- * FRESH_FLOOR is cached: resident memory grows with the program's heap and
- * not with what the cache holds.  A program whose blocks fit the cache
- * carves nothing fresh and keeps it all (the pressure limit and the age
- * purge bound it).  The calling thread's own cache counts, and is drained
- * into the pools first; other threads' caches are out of reach (bounded by
+ * the oldest first, in batches of FRESH_BATCH, of what is cached past the
+ * large bytes in use (and FRESH_FLOOR): resident memory grows with the
+ * program's heap and not with what the cache holds.  A program whose blocks
+ * fit the cache carves nothing fresh and keeps it all (the pressure limit and
+ * the age purge bound it).  The calling thread's own cache is drained into
+ * the pools first, where carves reuse it and the purge reaches it; other threads' caches are out of reach (bounded by
  * VMAPALLOC_CACHE_BYTES each, and drained when idle).
  *
  * Cost: one madvise per batch, against FRESH_BATCH / 4 KiB page faults of
@@ -589,9 +589,7 @@ void vmap_purge_fresh(uint64_t bytes)
 	uint64_t debt = __atomic_exchange_n(&vmap_fresh_debt, 0, __ATOMIC_RELAXED);
 	if (vmap_opt.lazy_max)
 		return;
-	uint64_t own = vmap_cache_bytes_self();
-	if (own)
-		vmap_cache_drain_self(vmap_os_now_ns());
+	vmap_cache_drain_self(vmap_os_now_ns());
 	int64_t large = vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
 			vmap_local.n[VMAP_STAT_large_bytes_in_use];
 	/* What is cached up to the heap in use is the fragments a program that

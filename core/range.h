@@ -245,6 +245,9 @@ unsigned vmap_own_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max, bool tables
  * unmapped pieces, the program's mprotect of served memory), read from
  * /proc/self/maps: one pass over it; UINT64_MAX if it cannot be read. */
 uint64_t vmap_arena_extra_vmas(void);
+/* The same, for an estimate kept in *counted_ns's name: UINT64_MAX when it
+ * was counted less than 10 ms ago or another thread is counting it now. */
+uint64_t vmap_arena_recount(uint64_t *counted_ns);
 /* How many VMAs vmapalloc may add of its own (arena.c). */
 uint64_t vmap_vma_budget(void);
 /* Claims the unclaimed chunk holding a for shard s, as zero free space. */

@@ -79,11 +79,10 @@ int vmap_unguard(uintptr_t a, uint64_t pages)
  * VMAs, so they share a third of the VMA budget with the lazily unmapped
  * runs (two each); past it, markers.  vmap_none_vmas counts two per piece
  * made, an upper bound: when it reaches the share, the arena's VMAs are
- * counted again in /proc/self/maps (at most every NONE_RECOUNT_NS), less
+ * counted again in /proc/self/maps (vmap_arena_recount), less
  * the moves' and the lazily unmapped runs'.  A guarded run may thus hold
  * markers and PROT_NONE pages both: vmap_unguard clears either.
  */
-#define NONE_RECOUNT_NS (10 * 1000000ull)
 uint64_t vmap_none_vmas;
 bool vmap_none_made;
 static uint64_t none_counted_ns;
@@ -95,12 +94,9 @@ static bool none_fits(void)
 	uint64_t none = __atomic_load_n(&vmap_none_vmas, __ATOMIC_RELAXED);
 	if (none + lazy + 2 <= share)
 		return true;
-	uint64_t now = vmap_os_now_ns(), last = __atomic_load_n(&none_counted_ns, __ATOMIC_RELAXED);
-	if (now - last < NONE_RECOUNT_NS ||
-	    !__atomic_compare_exchange_n(&none_counted_ns, &last, now, false, __ATOMIC_RELAXED,
-					 __ATOMIC_RELAXED))
+	uint64_t extra = vmap_arena_recount(&none_counted_ns);
+	if (extra == UINT64_MAX)
 		return false;
-	uint64_t extra = vmap_arena_extra_vmas();
 	uint64_t others = lazy + __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED);
 	none = extra > others ? extra - others : 0;
 	__atomic_store_n(&vmap_none_vmas, none, __ATOMIC_RELAXED);
