@@ -77,8 +77,21 @@ static inline void count(enum vmap_stat s)
 
 static void *small_refused(size_t size);
 
-/* BACKEND=auto: this thread's small requests, up to AUTO_AFTER (init.c). */
+/* BACKEND=auto: this thread's small requests not yet added to the process's
+ * count (init.c vmap_auto_add).  Every kind counts: malloc, calloc, realloc,
+ * the aligned ones.  Under the other backends, and after the switch, the step
+ * is 0, which the count meets again only when it wraps (the add then does
+ * nothing). */
 static __thread uint32_t vmap_tls_small_count;
+
+static inline void auto_count(void)
+{
+	if (__builtin_expect(++vmap_tls_small_count == __atomic_load_n(&vmap_auto_step,
+									 __ATOMIC_RELAXED), 0)) {
+		vmap_tls_small_count = 0;
+		vmap_auto_add();
+	}
+}
 
 /* Whether the builtin slabs serve a small request of this size now (0 =
  * they are off: only the size-0 test then needs the second compare). */
@@ -90,9 +103,6 @@ static inline bool slab_serves(size_t size)
 
 static inline void *small_malloc(size_t size)
 {
-	if (__builtin_expect(++vmap_tls_small_count == __atomic_load_n(&vmap_auto_after,
-									 __ATOMIC_RELAXED), 0))
-		vmap_auto_switch();
 	if (slab_serves(size) && !vmap_reentered()) {
 		void *p = vmap_slab_malloc(size);
 		if (__builtin_expect(p != NULL, 1)) {
@@ -234,6 +244,7 @@ __attribute__((noinline)) void *vmap_malloc_general(size_t size)
 	void *p;
 	if (!is_large(size)) {
 		count(VMAP_STAT_small_allocs);
+		auto_count();
 		p = small_malloc(size);
 	} else {
 		bool zero;
@@ -333,6 +344,7 @@ void *vmap_calloc(size_t n, size_t size)
 	}
 	if (!is_large(total)) {
 		count(VMAP_STAT_small_allocs);
+		auto_count();
 		void *p;
 		if (slab_serves(total)) {
 			p = small_malloc(total);
@@ -422,6 +434,8 @@ void *vmap_realloc(void *p, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (!is_large(size))
+		auto_count();
 	/* Before it can move and its address be reused. */
 	if (__builtin_expect(vmap_profile_on, 0))
 		prof_free(p, -1);
@@ -500,9 +514,11 @@ static void *aligned(size_t align, size_t size)
 	void *p;
 	if (align <= SMALL_ALIGN && !is_large(size)) {
 		count(VMAP_STAT_small_allocs);
+		auto_count();
 		p = small_malloc(size);
 	} else if (align < VMAP_PAGE && !is_large(size)) {
 		count(VMAP_STAT_small_allocs);
+		auto_count();
 		p = small_memalign(align, size);
 	} else if (vmap_range_ready()) {
 		bool zero;

@@ -25,9 +25,10 @@
  * test `size - 1 < limit` then fails for every size; malloc(0) takes the
  * general path). */
 extern size_t vmap_slab_limit VMAP_HIDDEN;
-/* BACKEND=auto: the small request count at which a thread switches every
- * thread to the slabs; 0 = no switch to come (see alloc.c small_malloc). */
-extern uint32_t vmap_auto_after VMAP_HIDDEN;
+/* BACKEND=auto: how many small requests a thread counts before it adds them
+ * to the process's count toward the switch to the slabs (init.c
+ * vmap_auto_add); 0 = no switch to come (see alloc.c auto_count). */
+extern uint32_t vmap_auto_step VMAP_HIDDEN;
 /* init.c: whether large frees call the purger thread's and the timeline's
  * hooks (alloc.c). */
 extern bool vmap_large_free_hooks VMAP_HIDDEN;
@@ -62,8 +63,9 @@ extern __thread bool vmap_tls_seen VMAP_HIDDEN;
 
 /* Init, or a thread's first call: out of line, once a thread. */
 void vmap_enter_slow(void) VMAP_HIDDEN;
-/* The switch to the slabs under BACKEND=auto. */
-void vmap_auto_switch(void) VMAP_HIDDEN;
+/* BACKEND=auto: a thread's batch of vmap_auto_step small requests added to
+ * the process's count; the switch to the slabs once that reaches AUTO_AFTER. */
+void vmap_auto_add(void) VMAP_HIDDEN;
 /* Whether the running glibc is at least major.minor (looked up: rare). */
 bool vmap_glibc_at_least(unsigned major, unsigned minor) VMAP_HIDDEN;
 

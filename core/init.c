@@ -36,7 +36,7 @@ extern char **environ;
 
 size_t vmap_slab_limit VMAP_HOT; /* alloc_impl.h */
 size_t vmap_fast_limit VMAP_HOT; /* fast.h */
-uint32_t vmap_auto_after VMAP_HOT; /* alloc_impl.h */
+uint32_t vmap_auto_step VMAP_HOT; /* alloc_impl.h */
 bool vmap_large_free_hooks;        /* alloc_impl.h */
 size_t vmap_direct_limit VMAP_HOT; /* alloc_impl.h */
 bool vmap_direct_mi VMAP_HOT;
@@ -145,8 +145,9 @@ bool vmap_is_inert(void)
 static bool vmap_env_quiet VMAP_HOT;
 
 /*
- * VMAPALLOC_BACKEND=auto: small requests go to glibc until one thread has made
- * AUTO_AFTER of them, then to the builtin slabs, for every thread.  A short
+ * VMAPALLOC_BACKEND=auto: small requests go to glibc until the process has
+ * made AUTO_AFTER of them (malloc, calloc, realloc and the aligned ones, in
+ * every thread), then to the builtin slabs, for every thread.  A short
  * process (a shell command, a compiler pass) never sets slabs up: it pays
  * neither their page faults nor the arena (bench/startup.py); a process that
  * allocates a lot gets the slabs.  Blocks glibc handed out before the switch
@@ -185,13 +186,28 @@ void vmap_fast_paths_off(void)
 	vmap_range_fast_free_off();
 }
 
-__attribute__((noinline, cold)) void vmap_auto_switch(void)
+/* BACKEND=auto: a thread adds its small requests in batches of at most this
+ * many (one atomic add per batch), so that the process's count, not one
+ * thread's, decides: a program whose work is spread over threads leaves
+ * glibc as early as one that makes it in one. */
+#define AUTO_STEP 1024u
+static uint64_t vmap_auto_total; /* small requests added so far */
+
+static uint32_t auto_step(void)
 {
-	/* Only auto switches: under the other backends auto_after is 0, which
-	 * a thread's 32-bit count of small requests meets again when it wraps. */
-	if (vmap_opt.backend != VMAP_BACKEND_AUTO)
+	return vmap_opt.auto_after < AUTO_STEP ? (uint32_t)vmap_opt.auto_after : AUTO_STEP;
+}
+
+__attribute__((noinline, cold)) void vmap_auto_add(void)
+{
+	uint32_t step = __atomic_load_n(&vmap_auto_step, __ATOMIC_RELAXED);
+	/* Only auto switches: under the other backends, and after the switch,
+	 * the step is 0 (a thread's count met it again when it wrapped). */
+	if (!step || vmap_opt.backend != VMAP_BACKEND_AUTO)
 		return;
-	__atomic_store_n(&vmap_auto_after, 0, __ATOMIC_RELAXED);
+	if (__atomic_add_fetch(&vmap_auto_total, step, __ATOMIC_RELAXED) < vmap_opt.auto_after)
+		return;
+	__atomic_store_n(&vmap_auto_step, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
 	slab_switch_on();
 }
@@ -257,11 +273,11 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		(void)vmap_libc.mallinfo2();
 	}
 	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
-		vmap_auto_after = (uint32_t)vmap_opt.auto_after;
+		vmap_auto_step = auto_step();
 	else if (vmap_opt.backend == VMAP_BACKEND_LIBC)
 		direct_on(false);
 	vmap_large_above = vmap_opt.small_max;
-	if (vmap_auto_after && !vmap_opt.guard && vmap_large_above < AUTO_LARGE_ABOVE)
+	if (vmap_auto_step && !vmap_opt.guard && vmap_large_above < AUTO_LARGE_ABOVE)
 		vmap_large_above = AUTO_LARGE_ABOVE; /* (GUARD=1 wants every block over SMALL_MAX guarded) */
 	if (vmap_opt.counter == VMAP_COUNTER_PERCPU)
 		vmap_counter_go_percpu();
@@ -298,7 +314,7 @@ void vmap_backend_start(void)
 	vmap_opt.backend = VMAP_BACKEND_AUTO;
 	if (!vmap_opt.guard && !vmap_range_enabled() && vmap_large_above < AUTO_LARGE_ABOVE)
 		__atomic_store_n(&vmap_large_above, AUTO_LARGE_ABOVE, __ATOMIC_RELAXED);
-	__atomic_store_n(&vmap_auto_after, (uint32_t)vmap_opt.auto_after, __ATOMIC_RELAXED);
+	__atomic_store_n(&vmap_auto_step, auto_step(), __ATOMIC_RELAXED);
 }
 
 /* The key whose destructor runs thread_exit, made once, by the first thread
