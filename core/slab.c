@@ -24,7 +24,8 @@
  *
  * Owns: the descriptors (struct vmap_slab, one per 64 KiB unit of a region,
  * in their own mapping: vmap_region.slabs, out of band: an overflow of user
- * data cannot reach them), the heaps, the lists of abandoned slabs.
+ * data cannot reach them), the lists of abandoned slabs.  The heaps, other
+ * threads' frees and a thread's exit are slab_heap.c's.
  *
  * Invariants:
  *  - Only a slab's owner touches its free list, used, bump, state and list
@@ -49,7 +50,7 @@
  *    were (possibly half way through an operation: not walked), so the
  *    memory of their slabs is not reused in the child.
  *
- * Called by: alloc.c (the facade), profile.c (vmap_in_slab).
+ * Called by: alloc.c (the facade), slab_heap.c, profile.c (vmap_in_slab).
  */
 #include "slab.h"
 
@@ -61,6 +62,7 @@
 #include "counter.h"
 #include "fmt.h"
 #include "lock.h"
+#include "slab_impl.h"
 
 #define CARVE_BYTES 4096 /* objects made ready per carve: about a page */
 
@@ -71,15 +73,10 @@ static uint64_t class_magic[NCLASSES];
  * so the fast path needs no NULL test. */
 struct vmap_slab vmap_slab_none;
 
-enum { HEAP_NONE = 0, HEAP_ACTIVE = 1, HEAP_DEAD = 2 };
-static __thread uint8_t vmap_tls_heap_state;
-
-static struct vmap_lock slab_lock = VMAP_LOCK_INIT; /* leaf: the lists below */
-static struct vmap_heap *heap_free_list;
-static struct vmap_heap *heap_all; /* pushed to, never popped: read without a lock */
-static struct vmap_slab *abandoned[NCLASSES];
+struct vmap_lock vmap_slab_lock = VMAP_LOCK_INIT; /* leaf: the lists below */
+struct vmap_slab *vmap_slab_abandoned[NCLASSES];
 /* Remote frees into abandoned slabs, and the count when they were last reaped. */
-static uint64_t abandoned_frees, abandoned_reaped;
+uint64_t vmap_slab_abandoned_frees, vmap_slab_abandoned_reaped;
 
 /* ---- size classes ------------------------------------------------------ */
 
@@ -111,7 +108,7 @@ uint8_t vmap_slab_class_tab[VMAP_SLAB_CLASS_SLOTS];
 
 void vmap_slab_init(void)
 {
-	static const struct vmap_lock_set locks = {"slabs", VMAP_RANK_SLAB, &slab_lock, 0, NULL};
+	static const struct vmap_lock_set locks = {"slabs", VMAP_RANK_SLAB, &vmap_slab_lock, 0, NULL};
 	vmap_lock_register(&locks);
 	for (unsigned c = 0; c < NCLASSES; c++) {
 		uint64_t size = vmap_slab_class_size(c);
@@ -190,7 +187,7 @@ static void carve(struct vmap_slab *d)
 }
 
 /* Moves the remote stack onto the free list; returns how many objects. */
-static uint32_t collect(struct vmap_slab *d)
+uint32_t vmap_slab_collect(struct vmap_slab *d)
 {
 	void **r = __atomic_exchange_n(&d->remote, NULL, __ATOMIC_ACQUIRE);
 	if (!r)
@@ -210,7 +207,7 @@ static uint32_t collect(struct vmap_slab *d)
 	return n;
 }
 
-static void list_push(struct vmap_slab **head, struct vmap_slab *d)
+void vmap_slab_list_push(struct vmap_slab **head, struct vmap_slab *d)
 {
 	d->prev = NULL;
 	d->next = *head;
@@ -219,7 +216,7 @@ static void list_push(struct vmap_slab **head, struct vmap_slab *d)
 	*head = d;
 }
 
-static void list_unlink(struct vmap_slab **head, struct vmap_slab *d)
+void vmap_slab_list_unlink(struct vmap_slab **head, struct vmap_slab *d)
 {
 	if (d->prev)
 		d->prev->next = d->next;
@@ -248,7 +245,7 @@ static void slab_account(uintptr_t start, int64_t sign)
 }
 
 /* An empty slab goes back to the range allocator. */
-static void retire(struct vmap_slab *d)
+void vmap_slab_retire(struct vmap_slab *d)
 {
 	uintptr_t start = d->start;
 	__atomic_store_n(&d->state, SLAB_NONE, __ATOMIC_RELAXED);
@@ -304,20 +301,20 @@ static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
 
 /* d (no free object, nothing left to carve) goes on the full list, unless a
  * remote free slipped in: then it is collected and stays usable (false). */
-static bool file_full(struct vmap_heap *h, struct vmap_slab *d)
+bool vmap_slab_file_full(struct vmap_heap *h, struct vmap_slab *d)
 {
 	__atomic_store_n(&d->state, SLAB_FULL, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&d->remote, __ATOMIC_SEQ_CST) && collect(d)) {
+	if (__atomic_load_n(&d->remote, __ATOMIC_SEQ_CST) && vmap_slab_collect(d)) {
 		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
 		return false;
 	}
-	list_push(&h->full[d->cls], d);
+	vmap_slab_list_push(&h->full[d->cls], d);
 	return true;
 }
 
 /* Full slabs that received remote frees since the hint was last seen move to
  * the partial list (or go back, if they are empty now). */
-static void rescan_full(struct vmap_heap *h, unsigned c)
+void vmap_slab_rescan_full(struct vmap_heap *h, unsigned c)
 {
 	h->hint_seen[c] = __atomic_load_n(&h->hint[c], __ATOMIC_RELAXED);
 	struct vmap_slab *d = h->full[c], *next;
@@ -325,13 +322,13 @@ static void rescan_full(struct vmap_heap *h, unsigned c)
 		next = d->next;
 		if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED))
 			continue;
-		list_unlink(&h->full[c], d);
-		collect(d);
+		vmap_slab_list_unlink(&h->full[c], d);
+		vmap_slab_collect(d);
 		if (d->used == 0) {
-			retire(d);
+			vmap_slab_retire(d);
 		} else {
 			__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
-			list_push(&h->partial[c], d);
+			vmap_slab_list_push(&h->partial[c], d);
 		}
 	}
 }
@@ -339,17 +336,17 @@ static void rescan_full(struct vmap_heap *h, unsigned c)
 /* A slab some exited thread left with live objects, now this heap's. */
 static struct vmap_slab *adopt(struct vmap_heap *h, unsigned c)
 {
-	if (!__atomic_load_n(&abandoned[c], __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&vmap_slab_abandoned[c], __ATOMIC_RELAXED))
 		return NULL;
-	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
-	struct vmap_slab *d = abandoned[c];
+	vmap_lock(&vmap_slab_lock, VMAP_RANK_SLAB);
+	struct vmap_slab *d = vmap_slab_abandoned[c];
 	if (d)
-		list_unlink(&abandoned[c], d);
-	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+		vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
+	vmap_unlock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	if (d) {
 		__atomic_store_n(&d->owner, h, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
-		collect(d);
+		vmap_slab_collect(d);
 		vmap_stat_inc_local(VMAP_STAT_slabs_adopted);
 	}
 	return d;
@@ -358,32 +355,32 @@ static struct vmap_slab *adopt(struct vmap_heap *h, unsigned c)
 /* Abandoned slabs that remote frees emptied go back to the range allocator
  * (else they would wait for a thread that needs their class).  Under the
  * lock, which keeps adopters away; given back after it (a leaf lock). */
-__attribute__((noinline, cold)) static void reap_abandoned(void)
+__attribute__((noinline, cold)) void vmap_slab_reap_abandoned(void)
 {
 	struct vmap_slab *empty = NULL;
-	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
-	__atomic_store_n(&abandoned_reaped, __atomic_load_n(&abandoned_frees, __ATOMIC_RELAXED),
+	vmap_lock(&vmap_slab_lock, VMAP_RANK_SLAB);
+	__atomic_store_n(&vmap_slab_abandoned_reaped, __atomic_load_n(&vmap_slab_abandoned_frees, __ATOMIC_RELAXED),
 			 __ATOMIC_RELAXED);
 	for (unsigned c = 0; c < NCLASSES; c++) {
 		struct vmap_slab *d, *next;
-		for (d = abandoned[c]; d; d = next) {
+		for (d = vmap_slab_abandoned[c]; d; d = next) {
 			next = d->next;
 			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED))
 				continue;
-			collect(d);
+			vmap_slab_collect(d);
 			if (d->used == 0) {
-				list_unlink(&abandoned[c], d);
+				vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
 				d->next = empty;
 				empty = d;
 			}
 		}
 	}
-	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
+	vmap_unlock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	while (empty) {
 		struct vmap_slab *d = empty;
 		empty = d->next;
 		d->next = NULL;
-		retire(d);
+		vmap_slab_retire(d);
 	}
 }
 
@@ -399,12 +396,12 @@ __attribute__((noinline, cold)) static void reap_abandoned(void)
  */
 #define SPARE_MAX ((size_t)1 << 20)
 
-static void empty_slab(struct vmap_heap *h, struct vmap_slab *d)
+void vmap_slab_empty(struct vmap_heap *h, struct vmap_slab *d)
 {
 	unsigned c = d->cls;
 	size_t bytes = slab_bytes(c);
 	if (h->spare[c] || bytes > (256u << 10) || h->spare_bytes + bytes > SPARE_MAX) {
-		retire(d);
+		vmap_slab_retire(d);
 		return;
 	}
 	__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED); /* (on no list) */
@@ -414,7 +411,7 @@ static void empty_slab(struct vmap_heap *h, struct vmap_slab *d)
 }
 
 /* Takes class c's spare slab (NULL if none) out of h's spares. */
-static struct vmap_slab *spare_take(struct vmap_heap *h, unsigned c)
+struct vmap_slab *vmap_slab_spare_take(struct vmap_heap *h, unsigned c)
 {
 	struct vmap_slab *d = h->spare[c];
 	if (d) {
@@ -430,37 +427,37 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 {
 	struct vmap_slab *d = h->cur[c];
 	if (d != &vmap_slab_none) {
-		if (__atomic_load_n(&d->remote, __ATOMIC_RELAXED) && collect(d))
+		if (__atomic_load_n(&d->remote, __ATOMIC_RELAXED) && vmap_slab_collect(d))
 			return d;
 		if (d->bump < d->cap) {
 			carve(d);
 			return d;
 		}
 		h->cur[c] = &vmap_slab_none;
-		if (!file_full(h, d)) {
+		if (!vmap_slab_file_full(h, d)) {
 			h->cur[c] = d;
 			return d;
 		}
 	}
 	if (__atomic_load_n(&h->hint[c], __ATOMIC_RELAXED) != h->hint_seen[c])
-		rescan_full(h, c);
-	if (__atomic_load_n(&abandoned_frees, __ATOMIC_RELAXED) -
-		    __atomic_load_n(&abandoned_reaped, __ATOMIC_RELAXED) >= 64)
-		reap_abandoned();
+		vmap_slab_rescan_full(h, c);
+	if (__atomic_load_n(&vmap_slab_abandoned_frees, __ATOMIC_RELAXED) -
+		    __atomic_load_n(&vmap_slab_abandoned_reaped, __ATOMIC_RELAXED) >= 64)
+		vmap_slab_reap_abandoned();
 	while ((d = h->partial[c]) != NULL) {
-		list_unlink(&h->partial[c], d);
+		vmap_slab_list_unlink(&h->partial[c], d);
 		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
 		if (__atomic_load_n(&d->remote, __ATOMIC_RELAXED))
-			collect(d);
+			vmap_slab_collect(d);
 		if (!d->free && d->bump < d->cap)
 			carve(d);
 		if (d->free) {
 			h->cur[c] = d;
 			return d;
 		}
-		file_full(h, d); /* cannot happen: a partial slab has a free object */
+		vmap_slab_file_full(h, d); /* cannot happen: a partial slab has a free object */
 	}
-	if ((d = spare_take(h, c)) != NULL) {
+	if ((d = vmap_slab_spare_take(h, c)) != NULL) {
 		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
 		if (!d->free && d->bump < d->cap)
 			carve(d);
@@ -470,7 +467,7 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 	while ((d = adopt(h, c)) != NULL) {
 		if (!d->free && d->bump < d->cap)
 			carve(d);
-		if (d->free || !file_full(h, d)) {
+		if (d->free || !vmap_slab_file_full(h, d)) {
 			h->cur[c] = d;
 			return d;
 		}
@@ -486,215 +483,15 @@ __attribute__((noinline)) void vmap_slab_owner_free_slow(struct vmap_heap *h, st
 {
 	unsigned c = d->cls;
 	if (d->state == SLAB_FULL) {
-		list_unlink(&h->full[c], d);
+		vmap_slab_list_unlink(&h->full[c], d);
 		if (d->used == 0) {
-			empty_slab(h, d);
+			vmap_slab_empty(h, d);
 			return;
 		}
 		__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
-		list_push(&h->partial[c], d);
+		vmap_slab_list_push(&h->partial[c], d);
 	} else if (d->used == 0 && d->state == SLAB_PARTIAL) {
-		list_unlink(&h->partial[c], d);
-		empty_slab(h, d);
+		vmap_slab_list_unlink(&h->partial[c], d);
+		vmap_slab_empty(h, d);
 	}
-}
-
-/* ---- heaps ------------------------------------------------------------- */
-
-static struct vmap_heap *heap_get(void)
-{
-	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
-	struct vmap_heap *h = heap_free_list;
-	if (h)
-		heap_free_list = h->next_free;
-	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
-	if (h)
-		return h;
-	size_t len = (sizeof *h + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
-	void *m = vmap_os_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-			       0);
-	if (vmap_os_is_err(m))
-		return NULL;
-	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)len);
-	h = m;
-	for (unsigned c = 0; c < NCLASSES; c++)
-		h->cur[c] = &vmap_slab_none;
-	h->all_next = __atomic_load_n(&heap_all, __ATOMIC_RELAXED);
-	while (!__atomic_compare_exchange_n(&heap_all, &h->all_next, h, true, __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED))
-		;
-	return h;
-}
-
-void vmap_slab_fast_counts(uint64_t *mallocs, uint64_t *frees)
-{
-	uint64_t m = 0, f = 0;
-	for (struct vmap_heap *h = __atomic_load_n(&heap_all, __ATOMIC_ACQUIRE); h; h = h->all_next) {
-		m += __atomic_load_n(&h->fast_mallocs, __ATOMIC_RELAXED);
-		f += __atomic_load_n(&h->fast_frees, __ATOMIC_RELAXED);
-	}
-	*mallocs = m;
-	*frees = f;
-}
-
-/* mallinfo's view of the slabs: bytes of objects in use (frees waiting on a
- * remote stack counted as used) and the rest of the slabs' bytes.  Reads the
- * descriptors of the chunks shards hold for small areas (1024 a chunk; the
- * table is readable throughout) and the owners' counts, without a lock. */
-void vmap_slab_usage(uint64_t *in_use, uint64_t *rest)
-{
-	uint64_t used = 0, all = 0;
-	const size_t per_chunk = VMAP_CHUNK >> VMAP_SLAB_UNIT_SHIFT;
-	for (unsigned i = 0; i < __atomic_load_n(&vmap_nregions, __ATOMIC_ACQUIRE); i++) {
-		struct vmap_region *r = &vmap_regions[i];
-		struct vmap_slab *t = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
-		for (size_t c = 0; t && c < r->nchunks; c++) {
-			uint16_t o = __atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED);
-			if (vmap_chunk_is_free(o) || (o & VMAP_CHUNK_WAS_BIG))
-				continue; /* no slab there: slabs are small areas */
-			for (struct vmap_slab *d = &t[c * per_chunk]; d < &t[(c + 1) * per_chunk]; d++) {
-				if (__atomic_load_n(&d->head, __ATOMIC_ACQUIRE) != d)
-					continue;
-				used += (uint64_t)__atomic_load_n(&d->used, __ATOMIC_RELAXED) * d->size;
-				all += (uint64_t)d->units << VMAP_SLAB_UNIT_SHIFT;
-			}
-		}
-	}
-	*in_use = used;
-	*rest = all > used ? all - used : 0;
-}
-
-/* Every slab of h: collected; empty ones retired, the rest abandoned. */
-static void heap_abandon(struct vmap_heap *h)
-{
-	for (unsigned c = 0; c < NCLASSES; c++) {
-		struct vmap_slab *keep = NULL, *d, *next;
-		struct vmap_slab *lists[3] = {h->cur[c] != &vmap_slab_none ? h->cur[c] : NULL,
-					      h->partial[c], h->full[c]};
-		h->cur[c] = &vmap_slab_none;
-		h->partial[c] = h->full[c] = NULL;
-		if ((d = spare_take(h, c)) != NULL)
-			retire(d);
-		for (unsigned l = 0; l < 3; l++) {
-			for (d = lists[l]; d; d = next) {
-				next = l ? d->next : NULL;
-				collect(d);
-				if (d->used == 0) {
-					retire(d);
-					continue;
-				}
-				__atomic_store_n(&d->state, SLAB_ABANDONED, __ATOMIC_RELAXED);
-				__atomic_store_n(&d->owner, NULL, __ATOMIC_SEQ_CST);
-				list_push(&keep, d);
-			}
-		}
-		if (!keep)
-			continue;
-		struct vmap_slab *tail = keep;
-		while (tail->next)
-			tail = tail->next;
-		vmap_lock(&slab_lock, VMAP_RANK_SLAB);
-		tail->next = abandoned[c];
-		if (abandoned[c])
-			abandoned[c]->prev = tail;
-		abandoned[c] = keep;
-		vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
-	}
-}
-
-void vmap_slab_thread_exit(void)
-{
-	struct vmap_heap *h = vmap_tls.heap;
-	vmap_tls.heap = NULL;
-	vmap_tls_heap_state = HEAP_DEAD; /* later mallocs of this thread: glibc */
-	if (!h)
-		return;
-	heap_abandon(h);
-	vmap_lock(&slab_lock, VMAP_RANK_SLAB);
-	h->next_free = heap_free_list;
-	heap_free_list = h;
-	vmap_unlock(&slab_lock, VMAP_RANK_SLAB);
-}
-
-__attribute__((noinline, cold)) struct vmap_heap *vmap_slab_heap_first(void)
-{
-	if (vmap_tls_heap_state == HEAP_DEAD)
-		return NULL;
-	struct vmap_heap *h = heap_get();
-	if (h) {
-		vmap_tls.heap = h;
-		vmap_tls_heap_state = HEAP_ACTIVE;
-	}
-	return h;
-}
-
-/* ---- malloc and free ------------------------------------------------------- */
-
-void *vmap_slab_memalign(size_t align, size_t size)
-{
-	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(!h, 0) && !(h = vmap_slab_heap_first()))
-		return NULL;
-	/* Slabs start 64 KiB-aligned, objects at multiples of their size: a
-	 * class whose size is a multiple of align gives aligned objects. */
-	unsigned c = vmap_slab_class(size > align ? size : align);
-	while (c < NCLASSES && vmap_slab_class_size(c) % align)
-		c++;
-	return c < NCLASSES ? vmap_slab_take(h, c) : NULL;
-}
-
-__attribute__((noinline)) void vmap_slab_remote_free(struct vmap_slab *d, void **o)
-{
-	void *old = __atomic_load_n(&d->remote, __ATOMIC_RELAXED);
-	do
-		o[0] = old;
-	while (!__atomic_compare_exchange_n(&d->remote, &old, o, true, __ATOMIC_SEQ_CST,
-					    __ATOMIC_RELAXED));
-	unsigned st = __atomic_load_n(&d->state, __ATOMIC_SEQ_CST);
-	if (st == SLAB_FULL) {
-		struct vmap_heap *h = __atomic_load_n(&d->owner, __ATOMIC_RELAXED);
-		if (h)
-			__atomic_fetch_add(&h->hint[d->cls], 1, __ATOMIC_RELAXED);
-	} else if (st == SLAB_ABANDONED) {
-		__atomic_fetch_add(&abandoned_frees, 1, __ATOMIC_RELAXED);
-	}
-}
-
-size_t vmap_slab_usable(struct vmap_slab *d, const void *p, const char *who, bool live)
-{
-	void **o = vmap_slab_check(d, p, who);
-	if (live && (uintptr_t)o[1] == (vmap_slab_key ^ (uintptr_t)p))
-		vmap_slab_die(who, p, "double free: the block was already freed");
-	return d->size;
-}
-
-/* The caller's own slabs that other threads' frees emptied: their objects
- * wait on the remote stacks, counted as used, until this thread next needs
- * their class, which may be never; collected now, and the empty ones given
- * back (the current slabs stay, as they always do). */
-static void trim_own(struct vmap_heap *h)
-{
-	for (unsigned c = 0; c < NCLASSES; c++) {
-		rescan_full(h, c); /* full -> partial or given back */
-		struct vmap_slab *d = spare_take(h, c), *next;
-		if (d)
-			retire(d);
-		d = h->partial[c];
-		for (; d; d = next) {
-			next = d->next;
-			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED) || !collect(d) || d->used)
-				continue;
-			list_unlink(&h->partial[c], d);
-			retire(d);
-		}
-	}
-}
-
-void vmap_slab_trim(void)
-{
-	if (!__atomic_load_n(&vmap_slab_on, __ATOMIC_RELAXED))
-		return;
-	reap_abandoned();
-	if (vmap_tls.heap)
-		trim_own(vmap_tls.heap);
 }

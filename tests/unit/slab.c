@@ -241,6 +241,38 @@ Test(slab, slabs_of_an_exited_thread_are_adopted, .init = setup)
 	}
 }
 
+/* A free into a slab an exited thread left takes the slab over: the thread's
+ * further frees into it are its own (the fast path's), and slabs emptied so
+ * go back or stay as the spare. */
+Test(slab, a_free_into_an_exited_threads_slab_takes_it_over, .init = setup)
+{
+	enum { N = 3000 }; /* 200-byte objects: ~10 slabs */
+	static void *p[N];
+	struct handoff h = {p, N, 200};
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, alloc_all, &h), 0);
+	pthread_join(t, NULL); /* its slabs are abandoned, every object live */
+	vmap_free(vmap_malloc(16)); /* this thread has a heap (a thread that only frees has none) */
+	int64_t adopted = stat_of(VMAP_STAT_slabs_adopted);
+	int64_t in_use = stat_of(VMAP_STAT_slabs_in_use);
+	uint64_t m0, f0, m1, f1;
+	vmap_slab_fast_counts(&m0, &f0);
+	for (unsigned i = 0; i < N; i += 2)
+		vmap_free(p[i]);
+	vmap_slab_fast_counts(&m1, &f1);
+	int64_t taken = stat_of(VMAP_STAT_slabs_adopted) - adopted;
+	cr_assert_geq(taken, in_use - 1, "%lld of %lld abandoned slabs taken over", (long long)taken,
+		      (long long)in_use);
+	cr_assert_geq(f1 - f0, N / 2 - (uint64_t)taken - 1,
+		      "after the first free into each, the frees are the owner's: %llu of %u",
+		      (unsigned long long)(f1 - f0), N / 2);
+	for (unsigned i = 1; i < N; i += 2) {
+		cr_assert(pat_intact(p[i], 200, i), "a live object of the exited thread changed");
+		vmap_free(p[i]);
+	}
+	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use), 2, "emptied slabs went back");
+}
+
 Test(slab, aligned_objects_come_from_classes_of_aligned_size, .init = setup)
 {
 	for (size_t a = 32; a < 4096; a *= 2) {
