@@ -43,8 +43,20 @@ __attribute__((noinline, cold)) static void orphaned(void)
 			 "allocator state the parent's thread was changing may be inconsistent", NULL);
 }
 
+/* Every wait for any of vmapalloc's locks, and the ones that slept (the
+ * report's "waits"): counted here, in the slow path, so that no lock's
+ * waits go uncounted whoever takes it. */
+static uint64_t lock_waits, lock_sleeps;
+
+void vmap_lock_wait_counts(uint64_t *waits, uint64_t *sleeps)
+{
+	*waits = __atomic_load_n(&lock_waits, __ATOMIC_RELAXED);
+	*sleeps = __atomic_load_n(&lock_sleeps, __ATOMIC_RELAXED);
+}
+
 void vmap_lock_slow(struct vmap_lock *l)
 {
+	__atomic_fetch_add(&lock_waits, 1, __ATOMIC_RELAXED);
 	for (int spin = 0; spin < 100; spin++) {
 #if defined(__x86_64__)
 		__builtin_ia32_pause();
@@ -57,6 +69,7 @@ void vmap_lock_slow(struct vmap_lock *l)
 	}
 	unsigned timeouts = 0;
 	while (__atomic_exchange_n(&l->word, 2, __ATOMIC_ACQUIRE) != 0) {
+		__atomic_fetch_add(&lock_sleeps, 1, __ATOMIC_RELAXED);
 		if (vmap_os_futex_wait_ns(&l->word, 2, ORPHAN_WAIT_NS) != -ETIMEDOUT) {
 			timeouts = 0;
 			continue;

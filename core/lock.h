@@ -47,6 +47,8 @@ static inline void vmap_lock_rank_reset(void) {}
 #endif
 
 void vmap_lock_slow(struct vmap_lock *l);
+/* Waits for any lock since start (a slow path entered), and sleeps in them. */
+void vmap_lock_wait_counts(uint64_t *waits, uint64_t *sleeps);
 
 /* Debug builds: the lock is held and this thread holds a lock of its rank
  * (the registry of ranks is per thread; owners are not recorded).  Aborts

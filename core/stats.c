@@ -287,5 +287,6 @@ void vmap_report_collect(struct vmap_figures *f, int when)
 		v[FIG_small_heap] = mi.arena + mi.hblkhd;
 	}
 	vmap_mimalloc_held(&v[FIG_mimalloc_bytes], &v[FIG_mimalloc_peak]); /* no lock, no allocation */
+	vmap_lock_wait_counts(&v[FIG_lock_waits], &v[FIG_lock_sleeps]);
 	vmap_report_derive(f);
 }

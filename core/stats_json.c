@@ -65,6 +65,8 @@ static const struct json_key top[] = {
 	{"mappings_own", F(own_maps), NUMBER, 0},
 	{"max_map_count", F(max_maps), NUMBER, IS_MAX_MAPS},
 	{"shards", F(shards), NUMBER, 0},
+	{"lock_waits", F(lock_waits), NUMBER, 0},
+	{"lock_sleeps", F(lock_sleeps), NUMBER, 0},
 	{"counter_mode", 0, WORD_COUNTERS, IS_PERCPU},
 	{"counter_switch_ns", F(counter_switch_ns), NUMBER, IS_PERCPU},
 };

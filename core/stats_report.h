@@ -57,6 +57,8 @@ enum vmap_fig {
 	FIG_backend,          /* VMAPALLOC_BACKEND in use (enum vmap_backend) */
 	FIG_mimalloc_bytes,   /* mimalloc's committed memory (its mi_process_info) */
 	FIG_mimalloc_peak,    /* ... at its peak */
+	FIG_lock_waits,       /* waits for any of vmapalloc's locks (lock.c) */
+	FIG_lock_sleeps,      /* ... that slept in the kernel */
 	FIG_COUNT
 };
 _Static_assert(FIG_large_bytes_peak == (int)VMAP_STAT_COUNT, "statistics first");

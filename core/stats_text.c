@@ -104,9 +104,9 @@ static const struct text_piece lines[] = {
 	{0, "", "; munmap %U (partial %U), mremap %U, refused %U",
 	 {F(munmap_served), F(munmap_partial), F(mremap_calls), F(mmap_refused)}},
 
-	{0, "locks", "shared %U, shard %U (contended %P)",
+	{0, "locks", "shared %U, shard %U (contended %P); waits for any lock %U, slept %U",
 	 {F(shared_lock_acquisitions), F(shard_lock_acquisitions), F(shard_lock_contended),
-	  F(shard_lock_acquisitions)}},
+	  F(shard_lock_acquisitions), F(lock_waits), F(lock_sleeps)}},
 
 	{IS_ATOMIC, "counters", "atomic (no second thread has allocated yet)", {0}},
 	{IS_PERCPU_START, "counters", "per-CPU from the start", {0}},

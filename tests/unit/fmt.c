@@ -517,6 +517,8 @@ static void report_figures(struct vmap_figures *f, bool in_signal)
 	v[FIG_hwm] = 6 * MiB;
 	v[FIG_maps] = 120;
 	v[FIG_own_maps] = 9;
+	v[FIG_lock_waits] = 2254;
+	v[FIG_lock_sleeps] = 31;
 	if (in_signal) {
 		f->when = VMAP_WHEN_SIGNAL;
 		strcpy(f->comm, "sig");
@@ -594,7 +596,8 @@ Test(report, text_of_chosen_figures_is_exact)
 		"(MADV_FREE), 73.931 ms\n"
 		"  program's mmap            served 12433570 (75.9 MiB in use), passed to the kernel "
 		"32595111; munmap 28687497 (partial 27693725), mremap 67283739, refused 35456873\n"
-		"  locks                     shared 21428759, shard 11716328 (contended 19.3%)\n"
+		"  locks                     shared 21428759, shard 11716328 (contended 19.3%); "
+		"waits for any lock 2254, slept 31\n"
 		"  counters                  per-CPU since the second thread, 3.500 ms after start");
 }
 
@@ -626,7 +629,8 @@ Test(report, text_in_a_signal_handler_says_what_it_did_not_read)
 		"(MADV_DONTNEED), 73.931 ms\n"
 		"  program's mmap            served 12433570 (75.9 MiB in use), passed to the kernel "
 		"32595111; munmap 28687497 (partial 27693725), mremap 67283739, refused 35456873\n"
-		"  locks                     shared 21428759, shard 11716328 (contended 19.3%)\n"
+		"  locks                     shared 21428759, shard 11716328 (contended 19.3%); "
+		"waits for any lock 2254, slept 31\n"
 		"  counters                  atomic (no second thread has allocated yet)");
 }
 
@@ -666,7 +670,7 @@ Test(report, json_of_chosen_figures_is_exact)
 		    "\"mapped_bytes\": 20016034, \"cached_bytes\": 83020839, "
 		    "\"lazy_max_bytes\": 67108864, \"lazy_limit_bytes\": 134217728, "
 		    "\"purge_delay_ms\": 2000, \"purge_advice\": \"free\", \"mappings\": 120, \"mappings_own\": 9, "
-		    "\"max_map_count\": 65530, \"shards\": 0, \"counter_mode\": \"percpu\", "
+		    "\"max_map_count\": 65530, \"shards\": 0, \"lock_waits\": 2254, \"lock_sleeps\": 31, \"counter_mode\": \"percpu\", "
 		    "\"counter_switch_ns\": 3500000, \"counters\": {",
 		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": [], "
 		    "\"backend\": \"mimalloc\", \"small_backends\": {\"glibc\": {\"allocs\": 99031457, "
@@ -690,7 +694,7 @@ Test(report, json_in_a_signal_handler_has_nulls_for_what_it_did_not_read)
 		    "\"mapped_bytes\": 20016034, \"cached_bytes\": 83020839, "
 		    "\"lazy_max_bytes\": 67108864, \"lazy_limit_bytes\": 67108864, "
 		    "\"purge_delay_ms\": 0, \"purge_advice\": \"dontneed\", \"mappings\": 120, \"mappings_own\": 9, "
-		    "\"max_map_count\": null, \"shards\": 0, \"counter_mode\": \"atomic\", "
+		    "\"max_map_count\": null, \"shards\": 0, \"lock_waits\": 2254, \"lock_sleeps\": 31, \"counter_mode\": \"atomic\", "
 		    "\"counter_switch_ns\": null, \"counters\": {",
 		    "}, \"shard_table\": [], \"thread_cache_bytes\": 83020839, \"size_table\": [], "
 		    "\"backend\": \"auto\", \"small_backends\": {\"glibc\": {\"allocs\": 99031457, "

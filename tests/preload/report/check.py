@@ -108,6 +108,9 @@ def check_figures(r, e, when="exit", pid=None, parent=0):
             ok(sum(row[mine] for row in r["shard_table"]) == c[total],
                f"shards' {mine} sum {sum(row[mine] for row in r['shard_table'])} != {total} {c[total]}")
         ok(c["shard_lock_acquisitions"] > 0, "no shard lock acquisitions counted")
+        # Every wait for any lock is counted, the shard locks' among them.
+        ok(r["lock_waits"] >= c["shard_lock_contended"] and 0 <= r["lock_sleeps"],
+           f"lock_waits {r['lock_waits']} < shard_lock_contended {c['shard_lock_contended']}")
         pooled = sum(row["pooled_areas"] for row in r["shard_table"])
         ok(sum(s["areas"] for s in r["size_table"]) == pooled, "size_table areas != pooled areas of the shards")
     if when == "signal":
