@@ -86,6 +86,28 @@ __attribute__((noinline)) void *vmap_malloc_refill(size_t size)
 	return vmap_malloc_slow(size);
 }
 
+/* The class's current slab ran dry, nothing parked: the heap refills it
+ * (collects, carves, takes a partial slab, the spare, an abandoned one, or a
+ * new one) without the general path's tests, which the fast path made; no
+ * slab to be had: the general path (glibc). */
+__attribute__((noinline)) void *vmap_malloc_fast_refill(struct vmap_heap *h, size_t size)
+{
+	void *p = vmap_slab_take(h, vmap_slab_class_fast(size));
+	if (__builtin_expect(p == NULL, 0))
+		return vmap_malloc_slow(size);
+	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + 1, __ATOMIC_RELAXED);
+	return p;
+}
+
+/* A free into another thread's slab (or an exited thread's: taken over,
+ * slab_heap.c), which the fast path found: checked and pushed onto the
+ * slab's remote stack without looking the address up again. */
+__attribute__((noinline)) void vmap_free_remote(struct vmap_slab *d, void *p)
+{
+	count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_slab_frees);
+	vmap_slab_remote_free(d, vmap_slab_mark_free(d, p, "free"));
+}
+
 __attribute__((noinline, cold)) void vmap_free_fast_leave(struct vmap_heap *h)
 {
 	vmap_reentry_leave_slow();

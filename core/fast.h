@@ -20,6 +20,8 @@ extern size_t vmap_fast_limit VMAP_HIDDEN;
 void *vmap_malloc_slow(size_t size) VMAP_HIDDEN;
 void vmap_free_slow(void *p) VMAP_HIDDEN;
 void *vmap_malloc_refill(size_t size) VMAP_HIDDEN;
+void *vmap_malloc_fast_refill(struct vmap_heap *h, size_t size) VMAP_HIDDEN;
+void vmap_free_remote(struct vmap_slab *d, void *p) VMAP_HIDDEN;
 void *vmap_malloc_fast_leave(struct vmap_heap *h, void *o) VMAP_HIDDEN;
 void vmap_free_fast_leave(struct vmap_heap *h) VMAP_HIDDEN;
 void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d) VMAP_HIDDEN;
@@ -52,7 +54,7 @@ __attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		if (--vmap_tls.reentry != 0)
 			return vmap_malloc_refill(size);
-		return vmap_malloc_slow(size); /* refills */
+		return vmap_malloc_fast_refill(h, size);
 	}
 	vmap_slab_pop(d, o);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -67,6 +69,61 @@ __attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
 	return o;
 }
 
+/*
+ * calloc's and the aligned calls' fast path (alignments up to 16, which every
+ * slab object has): the same pop as malloc's, counted in the heap by kind
+ * (fast_callocs, fast_memaligns), with every tick of malloc's.  NULL: not
+ * served here (no heap, not a slab size, profiling, re-entered, or the
+ * class's current slab is empty): the caller takes its general path, which
+ * decides again from the start.
+ */
+__attribute__((always_inline)) static inline void *vmap_fast_pop(size_t size, uint64_t *count)
+{
+	struct vmap_heap *h = vmap_tls.heap;
+	if (__builtin_expect(!h || size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
+				     vmap_reentered(),
+			     0))
+		return NULL;
+	vmap_depth_enter();
+	struct vmap_slab *d = h->cur[vmap_slab_class_fast(size)];
+	void **o = (void **)d->free;
+	if (__builtin_expect(o != NULL, 1))
+		vmap_slab_pop(d, o);
+	vmap_depth_leave();
+	if (__builtin_expect(o != NULL, 1)) {
+		uint64_t n = *count + 1;
+		__atomic_store_n(count, n, __ATOMIC_RELAXED);
+		if (__builtin_expect(!(n & 127), 0))
+			vmap_fold_and_tick();
+	}
+	return o;
+}
+
+__attribute__((always_inline)) static inline void *vmap_fast_calloc(size_t n, size_t size)
+{
+	size_t total;
+	struct vmap_heap *h = vmap_tls.heap;
+	if (__builtin_expect(!__builtin_mul_overflow(n, size, &total) && h, 1)) {
+		void *p = vmap_fast_pop(total, &h->fast_callocs);
+		if (__builtin_expect(p != NULL, 1))
+			return __builtin_memset(p, 0, total);
+	}
+	return vmap_calloc(n, size);
+}
+
+/* align: any value memalign accepts; only those of 16 and less are served
+ * here (glibc rounds smaller ones up to a power of two). */
+__attribute__((always_inline)) static inline void *vmap_fast_memalign(size_t align, size_t size)
+{
+	struct vmap_heap *h = vmap_tls.heap;
+	if (__builtin_expect(align <= 16 && h, 1)) {
+		void *p = vmap_fast_pop(size, &h->fast_memaligns);
+		if (__builtin_expect(p != NULL, 1))
+			return p;
+	}
+	return vmap_memalign(align, size);
+}
+
 __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 {
 	uintptr_t a = (uintptr_t)p, off = a - vmap_slab0.base;
@@ -75,10 +132,10 @@ __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 	struct vmap_slab *d = __atomic_load_n(&vmap_slab0.tab[off >> VMAP_SLAB_UNIT_SHIFT].head,
 					      __ATOMIC_RELAXED);
 	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(!d || !h || __atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h ||
-				     vmap_reentered(),
-			     0))
-		return vmap_free_slow(p); /* a large block, another thread's slab */
+	if (__builtin_expect(!d || !h || vmap_reentered(), 0))
+		return vmap_free_slow(p); /* a large block, or no heap */
+	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h, 0))
+		return vmap_free_remote(d, p); /* another thread's slab (or an exited one's) */
 	void **o = vmap_slab_mark_free(d, p, "free");
 	vmap_depth_enter();
 	if (vmap_slab_push(d, o))

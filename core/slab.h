@@ -56,6 +56,7 @@ struct vmap_heap {
 	 * the statistics add every heap's figures at a read (heaps are never
 	 * unmapped, a recycled heap keeps counting). */
 	uint64_t fast_mallocs, fast_frees;
+	uint64_t fast_callocs, fast_memaligns; /* calloc's and the aligned calls' (not in fast_mallocs) */
 	struct vmap_heap *all_next; /* every heap ever made (vmap_slab_fast_counts) */
 	struct vmap_slab *cur[NCLASSES];     /* never NULL: &vmap_slab_none when there is none */
 	struct vmap_slab *partial[NCLASSES]; /* doubly linked through next/prev */
@@ -94,8 +95,11 @@ static inline unsigned vmap_slab_class_fast(size_t size)
 	return vmap_slab_class_tab[(size + 15) >> 4];
 }
 
-/* Every heap's fast-path counts (approximate for other running threads). */
-void vmap_slab_fast_counts(uint64_t *mallocs, uint64_t *frees);
+/* Every heap's fast-path counts (approximate for other running threads):
+ * allocations of every kind and frees; of the allocations, calloc's and the
+ * aligned calls'. */
+void vmap_slab_fast_counts(uint64_t *allocs, uint64_t *frees);
+void vmap_slab_fast_kinds(uint64_t *callocs, uint64_t *memaligns);
 /* Bytes of the slabs' objects in use, and the rest of the slabs (mallinfo). */
 void vmap_slab_usage(uint64_t *in_use, uint64_t *rest);
 

@@ -57,15 +57,28 @@ static struct vmap_heap *heap_get(void)
 	return h;
 }
 
-void vmap_slab_fast_counts(uint64_t *mallocs, uint64_t *frees)
+void vmap_slab_fast_counts(uint64_t *allocs, uint64_t *frees)
 {
 	uint64_t m = 0, f = 0;
 	for (struct vmap_heap *h = __atomic_load_n(&heap_all, __ATOMIC_ACQUIRE); h; h = h->all_next) {
-		m += __atomic_load_n(&h->fast_mallocs, __ATOMIC_RELAXED);
+		m += __atomic_load_n(&h->fast_mallocs, __ATOMIC_RELAXED) +
+		     __atomic_load_n(&h->fast_callocs, __ATOMIC_RELAXED) +
+		     __atomic_load_n(&h->fast_memaligns, __ATOMIC_RELAXED);
 		f += __atomic_load_n(&h->fast_frees, __ATOMIC_RELAXED);
 	}
-	*mallocs = m;
+	*allocs = m;
 	*frees = f;
+}
+
+void vmap_slab_fast_kinds(uint64_t *callocs, uint64_t *memaligns)
+{
+	uint64_t c = 0, a = 0;
+	for (struct vmap_heap *h = __atomic_load_n(&heap_all, __ATOMIC_ACQUIRE); h; h = h->all_next) {
+		c += __atomic_load_n(&h->fast_callocs, __ATOMIC_RELAXED);
+		a += __atomic_load_n(&h->fast_memaligns, __ATOMIC_RELAXED);
+	}
+	*callocs = c;
+	*memaligns = a;
 }
 
 /* mallinfo's view of the slabs: bytes of objects in use (frees waiting on a
@@ -194,8 +207,16 @@ static bool reclaim(struct vmap_heap *h, struct vmap_slab *d)
 	unsigned c = d->cls;
 	if (!vmap_trylock(&vmap_slab_lock, VMAP_RANK_SLAB))
 		return false;
+	/* Only a slab whose carved objects are mostly live: the freeing thread
+	 * is likely to free the rest itself (a hand-over).  A slab the exited
+	 * thread had mostly emptied stays on the list, where any thread that
+	 * needs its class adopts it and the reaper finds it once empty: taken
+	 * over by whichever thread freed into it, such slabs sat on that
+	 * thread's lists while other threads made new ones (mstress: 36 slabs
+	 * at exit became 187). */
 	bool mine = __atomic_load_n(&d->state, __ATOMIC_RELAXED) == SLAB_ABANDONED &&
-		    __atomic_load_n(&d->head, __ATOMIC_RELAXED) == d;
+		    __atomic_load_n(&d->head, __ATOMIC_RELAXED) == d &&
+		    2 * (uint64_t)d->used >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED);
 	if (mine)
 		vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
 	vmap_unlock(&vmap_slab_lock, VMAP_RANK_SLAB);

@@ -69,13 +69,22 @@ const char *vmap_stat_name(unsigned i)
 /* What the slab fast paths counted in the heaps (slab.h) into statistic i. */
 static int64_t fast_part(unsigned i)
 {
-	bool alloc = i == VMAP_STAT_malloc_calls || i == VMAP_STAT_small_allocs ||
-		     i == VMAP_STAT_small_slab_allocs;
-	if (!alloc && i != VMAP_STAT_free_calls && i != VMAP_STAT_small_frees &&
+	bool alloc = i == VMAP_STAT_small_allocs || i == VMAP_STAT_small_slab_allocs;
+	bool kind = i == VMAP_STAT_malloc_calls || i == VMAP_STAT_calloc_calls ||
+		    i == VMAP_STAT_memalign_calls;
+	if (!alloc && !kind && i != VMAP_STAT_free_calls && i != VMAP_STAT_small_frees &&
 	    i != VMAP_STAT_small_slab_frees)
 		return 0;
-	uint64_t m, f;
+	uint64_t m, f, c = 0, a = 0;
 	vmap_slab_fast_counts(&m, &f);
+	if (kind)
+		vmap_slab_fast_kinds(&c, &a);
+	if (i == VMAP_STAT_calloc_calls)
+		return (int64_t)c;
+	if (i == VMAP_STAT_memalign_calls)
+		return (int64_t)a;
+	if (i == VMAP_STAT_malloc_calls)
+		return (int64_t)(m - c - a);
 	return (int64_t)(alloc ? m : f);
 }
 

@@ -21,18 +21,36 @@
 #define EXPORT __attribute__((visibility("default")))
 #define ALIAS(name) __attribute__((alias(#name), visibility("default")))
 
-/* malloc and free: the fast paths inline (fast.h), the rest a jump away. */
+/* malloc, free, calloc and the aligned calls of up to 16: the fast paths
+ * inline (fast.h), the rest a jump away. */
 EXPORT void *malloc(size_t size) { return vmap_fast_malloc(size); }
 EXPORT void free(void *p) { vmap_fast_free(p); }
-EXPORT void *calloc(size_t n, size_t size) { return vmap_calloc(n, size); }
+EXPORT void *calloc(size_t n, size_t size) { return vmap_fast_calloc(n, size); }
 EXPORT void *realloc(void *p, size_t size) { return vmap_realloc(p, size); }
 EXPORT void *reallocarray(void *p, size_t n, size_t size) { return vmap_reallocarray(p, n, size); }
 EXPORT int posix_memalign(void **out, size_t align, size_t size)
 {
+	struct vmap_heap *h = vmap_tls.heap;
+	if ((align == 8 || align == 16) && h) { /* powers of two, multiples of sizeof(void *) */
+		void *p = vmap_fast_pop(size, &h->fast_memaligns);
+		if (p) {
+			*out = p;
+			return 0;
+		}
+	}
 	return vmap_posix_memalign(out, align, size);
 }
-EXPORT void *aligned_alloc(size_t align, size_t size) { return vmap_aligned_alloc(align, size); }
-EXPORT void *memalign(size_t align, size_t size) { return vmap_memalign(align, size); }
+EXPORT void *aligned_alloc(size_t align, size_t size)
+{
+	struct vmap_heap *h = vmap_tls.heap;
+	if (align && align <= 16 && !(align & (align - 1)) && h) {
+		void *p = vmap_fast_pop(size, &h->fast_memaligns);
+		if (p)
+			return p;
+	}
+	return vmap_aligned_alloc(align, size);
+}
+EXPORT void *memalign(size_t align, size_t size) { return vmap_fast_memalign(align, size); }
 EXPORT void *valloc(size_t size) { return vmap_valloc(size); }
 EXPORT void *pvalloc(size_t size) { return vmap_pvalloc(size); }
 EXPORT size_t malloc_usable_size(void *p) { return vmap_usable_size(p); }
