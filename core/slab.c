@@ -340,12 +340,15 @@ static struct vmap_slab *adopt(struct vmap_heap *h, unsigned c)
 		return NULL;
 	vmap_lock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	struct vmap_slab *d = vmap_slab_abandoned[c];
-	if (d)
+	if (d) {
+		/* Off the list and no longer ABANDONED in one step, under the
+		 * lock: a free that saw the state would take it off again. */
 		vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
+		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_SEQ_CST);
+	}
 	vmap_unlock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	if (d) {
 		__atomic_store_n(&d->owner, h, __ATOMIC_SEQ_CST);
-		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
 		vmap_slab_collect(d);
 		vmap_stat_inc_local(VMAP_STAT_slabs_adopted);
 	}
@@ -370,6 +373,7 @@ __attribute__((noinline, cold)) void vmap_slab_reap_abandoned(void)
 			vmap_slab_collect(d);
 			if (d->used == 0) {
 				vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
+				__atomic_store_n(&d->state, SLAB_NONE, __ATOMIC_SEQ_CST);
 				d->next = empty;
 				empty = d;
 			}

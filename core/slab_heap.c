@@ -217,13 +217,14 @@ static bool reclaim(struct vmap_heap *h, struct vmap_slab *d)
 	bool mine = __atomic_load_n(&d->state, __ATOMIC_RELAXED) == SLAB_ABANDONED &&
 		    __atomic_load_n(&d->head, __ATOMIC_RELAXED) == d &&
 		    2 * (uint64_t)d->used >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED);
-	if (mine)
+	if (mine) { /* off the list and no longer ABANDONED in one step (adopt) */
 		vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
+		__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_SEQ_CST);
+	}
 	vmap_unlock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	if (!mine)
 		return false;
 	__atomic_store_n(&d->owner, h, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
 	vmap_slab_collect(d);
 	vmap_stat_inc_local(VMAP_STAT_slabs_adopted);
 	if (d->used == 0) {

@@ -273,6 +273,49 @@ Test(slab, a_free_into_an_exited_threads_slab_takes_it_over, .init = setup)
 	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use), 2, "emptied slabs went back");
 }
 
+/* Threads racing to free into the same abandoned slabs, each of them also
+ * allocating (so each has a heap and may take a slab over), while others
+ * exit and abandon theirs: one slab is taken by one thread only, and the
+ * abandoned lists stay whole (a slab on two lists made a thread exit spin). */
+struct race {
+	void **p;
+	unsigned n, k, ways;
+};
+
+static void *free_share(void *arg)
+{
+	struct race *r = arg;
+	for (unsigned i = r->k; i < r->n; i += r->ways) {
+		vmap_free(r->p[i]);
+		void *q = vmap_malloc(48 + 16 * (i % 8));
+		cr_assert_not_null(q);
+		vmap_free(q);
+	}
+	return NULL;
+}
+
+Test(slab, threads_racing_to_take_over_abandoned_slabs, .init = setup, .timeout = 120)
+{
+	enum { N = 4000, WAYS = 4 };
+	static void *p[N];
+	for (int round = 0; round < 200; round++) {
+		struct handoff h = {p, N, 16 + 16 * (unsigned)(round % 6)};
+		pthread_t t, f[WAYS];
+		cr_assert_eq(pthread_create(&t, NULL, alloc_all, &h), 0);
+		pthread_join(t, NULL); /* every slab of its class abandoned, mostly live */
+		struct race r[WAYS];
+		for (unsigned k = 0; k < WAYS; k++) {
+			r[k] = (struct race){p, N, k, WAYS};
+			cr_assert_eq(pthread_create(&f[k], NULL, free_share, &r[k]), 0);
+		}
+		for (unsigned k = 0; k < WAYS; k++)
+			pthread_join(f[k], NULL);
+	}
+	vmap_slab_trim();
+	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use), 16, "%lld slabs left",
+		      (long long)stat_of(VMAP_STAT_slabs_in_use));
+}
+
 Test(slab, aligned_objects_come_from_classes_of_aligned_size, .init = setup)
 {
 	for (size_t a = 32; a < 4096; a *= 2) {
