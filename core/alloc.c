@@ -196,7 +196,9 @@ __attribute__((noinline, cold)) static void *small_refused(size_t size)
 	vmap_depth_enter();
 	void *p = vmap_range_alloc(size ? size : 1, SMALL_ALIGN, &zero);
 	vmap_depth_leave();
-	return p;
+	/* Or, under a tight RLIMIT_AS, glibc again once the arena has lent the
+	 * kernel free chunks (tight.c). */
+	return p || !vmap_range_lend(size + VMAP_PAGE) ? p : vmap_libc.malloc(size);
 }
 
 static bool is_large(size_t size)
@@ -222,6 +224,8 @@ __attribute__((always_inline)) static inline void *large_alloc(size_t size, size
 	if (align <= SMALL_ALIGN)
 		return small_malloc(size);
 	p = vmap_libc.memalign(align, size);
+	if (!p && vmap_range_lend(size + align))
+		p = vmap_libc.memalign(align, size);
 	/* glibc maps size + align to trim: under a tight RLIMIT_AS an escape
 	 * block may still fit, placed at an aligned address (escape.c). */
 	return p || align <= VMAP_PAGE ? p : vmap_escape_alloc(size, align);
@@ -458,6 +462,8 @@ void *vmap_realloc(void *p, size_t size)
 		} else {
 			q = realloc_copy(p, mi ? vmap_mi.usable_size(p) : vmap_libc.usable_size(p),
 					 size);
+			if (!q && !mi) /* a tight RLIMIT_AS: glibc's mremap needs only the growth */
+				q = vmap_libc.realloc(p, size);
 		}
 	} else {
 		size_t old = vmap_range_usable(p, "realloc");

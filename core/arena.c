@@ -54,7 +54,7 @@ size_t vmap_shards_bytes;
  * VmSize, but not in use by the program (see as_room). */
 static uint64_t vmap_unclaimed;
 
-static void unclaimed_add(unsigned cpu, int64_t d)
+void vmap_unclaimed_add(unsigned cpu, int64_t d)
 {
 	vmap_unclaimed += (uint64_t)d;
 	vmap_stat_add_cpu(cpu, VMAP_STAT_unclaimed_bytes, d);
@@ -75,7 +75,7 @@ int vmap_region_add(size_t want, size_t at_least)
 			break;
 		/* Refused (strict overcommit, RLIMIT_AS, valgrind's 64 GiB limit):
 		 * halve down to the floor. */
-		if (size / 2 < REGION_FLOOR || size / 2 < at_least)
+		if (size / 2 < vmap_region_floor() || size / 2 < at_least)
 			return vmap_os_err(base);
 		size /= 2;
 	}
@@ -102,6 +102,7 @@ int vmap_region_add(size_t want, size_t at_least)
 	r->pt = pt;
 	r->chunk_owner = (uint16_t *)((char *)pt + pt_bytes);
 	r->nchunks = nchunks;
+	r->whole = size;
 	r->pt_bytes = pt_bytes;
 	r->owner_bytes = owner_bytes;
 	/* Widen the span before the region becomes visible: lookups may then
@@ -114,7 +115,7 @@ int vmap_region_add(size_t want, size_t at_least)
 	__atomic_store_n(&vmap_span_hi, hi, __ATOMIC_RELEASE);
 	__atomic_store_n(&vmap_span_lo, lo, __ATOMIC_RELEASE);
 	__atomic_store_n(&vmap_nregions, vmap_nregions + 1, __ATOMIC_RELEASE);
-	unclaimed_add(0, (int64_t)size);
+	vmap_unclaimed_add(0, (int64_t)size);
 	vmap_stat_add_cpu(0, VMAP_STAT_regions, 1);
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)(size + pt_bytes + owner_bytes));
 	return 0;
@@ -184,15 +185,11 @@ static uint64_t as_headroom(uint64_t limit)
 	return limit / 4;
 }
 
-struct as_room {
-	uint64_t claim, reserve;
-};
-
-static struct as_room as_room_locked(void)
+struct vmap_as_room vmap_as_room_locked(void)
 {
 	vmap_lock_assert_held(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	uint64_t cur, max;
-	struct as_room room = {UINT64_MAX, UINT64_MAX};
+	struct vmap_as_room room = {UINT64_MAX, UINT64_MAX};
 	if (vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur == UINT64_MAX)
 		return room;
 	uint64_t vsize = vmap_proc_vsize();
@@ -270,6 +267,32 @@ struct vmap_slab *vmap_region_slabs_publish(struct vmap_region *r, struct vmap_s
 	return in;
 }
 
+/* Makes chunks [first, first + n) of r, free, the shard's (its kind); false
+ * if the system would not commit them.  Global lock held. */
+bool vmap_chunks_take_locked(struct vmap_region *r, size_t first, size_t n, unsigned shard,
+			       bool big, bool *unadvise)
+{
+	if (commit_chunks(r, first, n))
+		return false;
+	uint16_t owner = (uint16_t)((shard + 1) | (big ? 0x8000u : 0));
+	for (size_t k = first; k < first + n; k++) {
+		*unadvise |= !big && r->chunk_owner[k] == VMAP_CHUNK_WAS_BIG;
+		__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
+	}
+	vmap_unclaimed_add(shard, -(int64_t)(n << VMAP_CHUNK_SHIFT));
+	return true;
+}
+
+/* Transparent huge pages for claimed big chunks; none for small ones a big
+ * claim left advised (THP would inflate small blocks; one more VMA, rare). */
+void vmap_chunks_advise(uintptr_t a, size_t n, bool big, bool unadvise)
+{
+	if (big && vmap_opt.hugepage)
+		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_HUGEPAGE);
+	else if (unadvise)
+		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_NOHUGEPAGE);
+}
+
 /* Finds n free chunks in a row, marks them owned; global lock held.  Free
  * chunks of the request's kind first (a chunk given back after big use keeps
  * its MADV_HUGEPAGE: only a small claim that finds nothing else takes one;
@@ -280,7 +303,6 @@ static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *u
 				     bool *refused)
 {
 	vmap_lock_assert_held(&vmap_global_lock, VMAP_RANK_GLOBAL);
-	uint16_t owner = (uint16_t)((shard + 1) | (big ? 0x8000u : 0));
 	uint16_t kind = big ? VMAP_CHUNK_WAS_BIG : 0;
 	*unadvise = false;
 	for (int any = 0; any < 2; any++)
@@ -292,20 +314,65 @@ static uintptr_t chunks_claim_locked(unsigned shard, bool big, size_t n, bool *u
 				run = vmap_chunk_is_free(o) && (any || o == kind) ? run + 1 : 0;
 				if (run == n) {
 					size_t first = c + 1 - n;
-					if (commit_chunks(r, first, n)) {
-						*refused = true;
-						return 0;
-					}
-					for (size_t k = first; k <= c; k++) {
-						*unadvise |= !big && r->chunk_owner[k] == VMAP_CHUNK_WAS_BIG;
-						__atomic_store_n(&r->chunk_owner[k], owner, __ATOMIC_RELEASE);
-					}
-					unclaimed_add(shard, -(int64_t)(n << VMAP_CHUNK_SHIFT));
-					return r->base + (first << VMAP_CHUNK_SHIFT);
+					*refused = !vmap_chunks_take_locked(r, first, n, shard, big,
+									    unadvise);
+					return *refused ? 0 : r->base + (first << VMAP_CHUNK_SHIFT);
 				}
 			}
 		}
 	return 0;
+}
+
+/* Maps the chunks of [first, first + n) that r lent (tight.c) again,
+ * reserved as at the start (PROT_NONE), each run in one call, if nothing took
+ * their place (MAP_FIXED_NOREPLACE; a kernel before 4.17 takes it for a hint,
+ * and what it mapped elsewhere is unmapped again): free chunks from then on.
+ * False when one could not be.  Global lock held. */
+bool vmap_chunks_unlend_locked(struct vmap_region *r, size_t first, size_t n)
+{
+	vmap_lock_assert_held(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	for (size_t c = first, e; c < first + n; c = e) {
+		for (e = c; e < first + n && r->chunk_owner[e] == VMAP_CHUNK_LENT;)
+			e++;
+		if (e == c) {
+			e++;
+			continue;
+		}
+		size_t bytes = (e - c) << VMAP_CHUNK_SHIFT;
+		if (vmap_os_reserve_at((void *)(r->base + (c << VMAP_CHUNK_SHIFT)), bytes))
+			return false;
+		for (size_t k = c; k < e; k++)
+			__atomic_store_n(&r->chunk_owner[k], 0, __ATOMIC_RELEASE);
+		vmap_lent_chunks -= (unsigned)(e - c);
+		if (!vmap_lent_chunks)
+			__atomic_store_n(&r->whole, r->size, __ATOMIC_RELEASE);
+		vmap_unclaimed_add(0, (int64_t)bytes);
+		vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)bytes);
+		vmap_stat_add_cpu(0, VMAP_STAT_lent_bytes, -(int64_t)bytes);
+	}
+	return true;
+}
+
+/* n chunks in a row, free or lent, for a claim that found no n free ones:
+ * the lent ones taken back.  Global lock held. */
+static bool unlend_locked(size_t n)
+{
+	if (!vmap_lent_chunks)
+		return false;
+	for (unsigned i = 0; i < vmap_nregions; i++) {
+		struct vmap_region *r = &vmap_regions[i];
+		size_t run = 0;
+		for (size_t c = 0; c < r->nchunks; c++) {
+			uint16_t o = r->chunk_owner[c];
+			run = vmap_chunk_is_free(o) || o == VMAP_CHUNK_LENT ? run + 1 : 0;
+			if (run == n) {
+				if (vmap_chunks_unlend_locked(r, c + 1 - n, n))
+					return true;
+				run = 0;
+			}
+		}
+	}
+	return false;
 }
 
 void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
@@ -381,7 +448,7 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 		__atomic_store_n(&r->chunk_owner[i], (uint16_t)(big && !remapped ? VMAP_CHUNK_WAS_BIG : 0),
 				 __ATOMIC_RELEASE);
 	}
-	unclaimed_add(s->id, (int64_t)(ce - cs));
+	vmap_unclaimed_add(s->id, (int64_t)(ce - cs));
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_returned, (int64_t)((ce - cs) >> VMAP_CHUNK_SHIFT));
 }
@@ -423,6 +490,7 @@ static uint64_t natural_vmas(void)
 		for (size_t c = 0; c < r->nchunks; c++) {
 			uint16_t o = __atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED);
 			unsigned kind = vmap_chunk_is_free(o) ? 0 : (o & 0x8000u) ? 2 : 1;
+			kind = o == VMAP_CHUNK_LENT ? 3 : kind; /* unmapped, or the kernel's */
 			n += kind != prev;
 			prev = kind;
 		}
@@ -482,14 +550,15 @@ bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s)
 	bool claimed = false, unadvise = false;
 	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_shared_lock_acquisitions, 1);
-	if (vmap_chunk_is_free(r->chunk_owner[c])) {
-		if (commit_chunks(r, c, 1)) {
+	if (vmap_chunk_is_free(r->chunk_owner[c]) || r->chunk_owner[c] == VMAP_CHUNK_LENT) {
+		/* (Lent since the look-up: not the arena's any more.) */
+		if (r->chunk_owner[c] == VMAP_CHUNK_LENT || commit_chunks(r, c, 1)) {
 			vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 			return false;
 		}
 		unadvise = r->chunk_owner[c] == VMAP_CHUNK_WAS_BIG;
 		__atomic_store_n(&r->chunk_owner[c], (uint16_t)(s->id + 1), __ATOMIC_RELEASE);
-		unclaimed_add(s->id, -(int64_t)VMAP_CHUNK);
+		vmap_unclaimed_add(s->id, -(int64_t)VMAP_CHUNK);
 		claimed = true;
 	}
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
@@ -511,10 +580,13 @@ uintptr_t vmap_chunks_acquire(struct vmap_shard *s, bool big, size_t n)
 	bool unadvise = false, refused = false;
 	uintptr_t a = 0;
 	size_t need = n << VMAP_CHUNK_SHIFT;
-	struct as_room room = as_room_locked();
+	struct vmap_as_room room = vmap_as_room_locked();
 	if (need <= room.claim)
 		a = chunks_claim_locked(s->id, big, n, &unadvise, &refused);
-	if (!a && !refused && need <= room.claim && need <= room.reserve) {
+	if (!a && !refused && need <= room.claim && unlend_locked(n))
+		a = chunks_claim_locked(s->id, big, n, &unadvise, &refused);
+	/* (A tight arena keeps its first region's size: tight.c.) */
+	if (!a && !refused && !vmap_arena_tight() && need <= room.claim && need <= room.reserve) {
 		size_t want = vmap_reserve_size > need ? vmap_reserve_size : need;
 		if (want > room.reserve)
 			want = (size_t)room.reserve;
@@ -525,10 +597,7 @@ uintptr_t vmap_chunks_acquire(struct vmap_shard *s, bool big, size_t n)
 	if (!a)
 		return 0;
 	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_taken, (int64_t)n);
-	if (big && vmap_opt.hugepage)
-		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_HUGEPAGE);
-	else if (unadvise) /* THP would inflate small blocks (one more VMA, rare) */
-		vmap_os_madvise((void *)a, n << VMAP_CHUNK_SHIFT, MADV_NOHUGEPAGE);
+	vmap_chunks_advise(a, n, big, unadvise);
 	return a;
 }
 

@@ -229,6 +229,8 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 		*zero = false;
 		p = (void *)a;
 	} else {
+		if (size > vmap_area_max)
+			return NULL; /* (cached and pooled areas were not) */
 		vmap_shard_lock(s);
 		p = vmap_alloc_carve(s, cpu, pages, big, align, zero, 0);
 		if (!p)
@@ -444,6 +446,7 @@ bool vmap_range_resize(void *p, size_t size)
 	uintptr_t end = (uintptr_t)p + (pages << VMAP_PAGE_SHIFT);
 	struct vmap_region *r = vmap_region_of((uintptr_t)p);
 	bool done = false;
+	vmap_tight_room_after(s, r, end, want - pages, big);
 	vmap_shard_lock(s);
 	if (end < r->base + r->size) {
 		struct vmap_pte *re = vmap_pte_of(r, end);
@@ -485,18 +488,6 @@ bool vmap_range_resize(void *p, size_t size)
 
 /* ---- init, fork -------------------------------------------------------- */
 
-size_t vmap_fit_reservation(size_t want)
-{
-	uint64_t cur, max;
-	if (vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur == UINT64_MAX)
-		return want;
-	/* Leave the program at least three quarters of what is left. */
-	uint64_t vsize = vmap_proc_vsize();
-	uint64_t avail = cur > vsize ? cur - vsize : 0;
-	uint64_t fit = (avail / 4) & ~(uint64_t)(VMAP_CHUNK - 1);
-	return fit < want ? (size_t)fit : want;
-}
-
 int vmap_range_init(void)
 {
 	static struct vmap_lock_set shard_locks = {"shards", VMAP_RANK_SHARD, NULL,
@@ -509,6 +500,12 @@ int vmap_range_init(void)
 	unsigned n = vmap_opt.shards ? (unsigned)vmap_opt.shards : ncpu;
 	if (n > VMAP_MAX_SHARDS)
 		n = VMAP_MAX_SHARDS;
+	/* Sized before anything is mapped: a tight RLIMIT_AS (tight.c) sets
+	 * the chunk size, and the default shard count, to the arena. */
+	bool tight;
+	vmap_reserve_size = vmap_fit_reservation(vmap_opt.reserve, &tight);
+	if (tight)
+		n = vmap_tight_setup(n);
 	n = n ? n : 1;
 	/* POOL_PAGES counts usable pages; areas carry one more, the guard. */
 	vmap_pool_exact = vmap_opt.pool_pages + 1;
@@ -530,10 +527,9 @@ int vmap_range_init(void)
 	vmap_lock_register(&shard_locks);
 	__atomic_store_n(&vmap_nshards, n, __ATOMIC_RELEASE);
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)vmap_shards_bytes);
-	vmap_reserve_size = vmap_fit_reservation(vmap_opt.reserve);
-	if (vmap_reserve_size < REGION_FLOOR)
+	if (vmap_reserve_size < vmap_region_floor())
 		return -ENOMEM;
-	int rc = vmap_region_add(vmap_reserve_size, REGION_FLOOR);
+	int rc = vmap_region_add(vmap_reserve_size, vmap_region_floor());
 	if (rc)
 		return rc;
 	vmap_moves_refused = false;
@@ -600,7 +596,7 @@ __attribute__((noinline, cold)) bool vmap_range_setup_slow(void)
 			/* Its set-up paid for, the arena takes all it is best at. */
 			__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
 		} else {
-			vmap_say("could not reserve an arena (the system refused even 256 MiB); ",
+			vmap_say("could not reserve an arena (the system or RLIMIT_AS refused it); ",
 				 "large allocations go to glibc", NULL);
 		}
 		__atomic_store_n(&vmap_range_ok, ok, __ATOMIC_RELEASE);

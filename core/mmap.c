@@ -445,7 +445,7 @@ void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 		count(VMAP_STAT_mmap_passed, 1);
 		return vmap_os_mmap(addr, len, prot, flags, fd, off);
 	}
-	if (servable(addr, len, prot, flags, fd, off)) {
+	if (servable(addr, len, prot, flags, fd, off) && len <= vmap_area_max) {
 		void *p = vmap_serve(len, flags);
 		if (p) {
 			if (__builtin_expect(vmap_profile_on, 0))
@@ -461,7 +461,11 @@ void *vmap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 	uintptr_t a = (uintptr_t)addr;
 	if (addr && overlaps_arena(a, a + len) && len)
 		return map_into_arena(addr, len, prot, flags, fd, off);
-	return vmap_os_mmap(addr, len, prot, flags, fd, off);
+	void *m = vmap_os_mmap(addr, len, prot, flags, fd, off);
+	/* Under a tight RLIMIT_AS the arena lends the kernel free chunks (tight.c). */
+	if (m == (void *)(intptr_t)-ENOMEM && vmap_range_lend(len))
+		m = vmap_os_mmap(addr, len, prot, flags, fd, off);
+	return m;
 }
 
 /* ---- mprotect, madvise, mincore, mlock ------------------------------------- */

@@ -45,11 +45,17 @@ int vmap_walk(uintptr_t a, uintptr_t e, piece_fn fn, void *arg)
 	while (a < e) {
 		struct vmap_region *r = vmap_region_of(a);
 		if (!r) {
-			/* Up to the next region start, or e. */
+			/* Up to the next region start, or e; in a chunk the
+			 * arena lent (tight.c), up to the chunk's end. */
 			uintptr_t next = e;
-			for (unsigned i = 0; i < vmap_nregions; i++)
-				if (vmap_regions[i].base > a && vmap_regions[i].base < next)
-					next = vmap_regions[i].base;
+			for (unsigned i = 0; i < vmap_nregions; i++) {
+				struct vmap_region *q = &vmap_regions[i];
+				uintptr_t off = a - q->base;
+				uintptr_t end = off < q->size ? q->base + (off | (VMAP_CHUNK - 1)) + 1
+							      : q->base;
+				if (end > a && end < next)
+					next = end;
+			}
 			struct piece p = {a, 0, next, PIECE_HOLE};
 			int rc = fn(NULL, &p, a, next, arg);
 			if (rc)

@@ -76,6 +76,9 @@ int vmap_os_map_hole(void *addr, size_t len);
  * reserve PROT_NONE or PROT_READ (never charged) and make the parts in use
  * writable with mprotect (charged then). */
 void *vmap_os_reserve(size_t len, size_t align, int prot);
+/* Reserves [addr, addr+len) PROT_NONE + NORESERVE only if none of it is
+ * mapped, as vmap_os_map_hole: 0 or -errno (-EEXIST when something is there). */
+int vmap_os_reserve_at(void *addr, size_t len);
 
 /* Locking and sealing, as the program asked for them (mmap.c): mlock2 with
  * flags (0 or MLOCK_ONFAULT), munlock, mseal; 0 or -errno. */

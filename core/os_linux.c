@@ -119,9 +119,9 @@ int vmap_os_map_fresh(void *addr, size_t len)
 	return vmap_os_is_err(m) ? -vmap_os_err(m) : 0; /* -errno, as os.h says */
 }
 
-int vmap_os_map_hole(void *addr, size_t len)
+static int map_hole(void *addr, size_t len, int prot)
 {
-	void *m = vmap_os_mmap(addr, len, PROT_READ | PROT_WRITE,
+	void *m = vmap_os_mmap(addr, len, prot,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE, -1, 0);
 	if (vmap_os_is_err(m))
 		return -vmap_os_err(m);
@@ -130,6 +130,16 @@ int vmap_os_map_hole(void *addr, size_t len)
 		return -EEXIST;
 	}
 	return 0;
+}
+
+int vmap_os_map_hole(void *addr, size_t len)
+{
+	return map_hole(addr, len, PROT_READ | PROT_WRITE);
+}
+
+int vmap_os_reserve_at(void *addr, size_t len)
+{
+	return map_hole(addr, len, PROT_NONE);
 }
 
 void *vmap_os_reserve(size_t len, size_t align, int prot)

@@ -17,7 +17,14 @@
 #include "os.h"
 #include "section.h"
 
-#define VMAP_CHUNK_SHIFT 26 /* 64 MiB: the unit shards take from the arena */
+/* The unit shards take from the arena: 64 MiB, or 2 MiB in an arena fitted
+ * under a tight RLIMIT_AS, where a few 64 MiB chunks would be all of it
+ * (tight.c).  Set once, before the first region is reserved: every region of
+ * the process has the same. */
+#define VMAP_CHUNK_SHIFT_WIDE 26
+#define VMAP_CHUNK_SHIFT_TIGHT 21
+extern unsigned vmap_chunk_shift VMAP_HIDDEN;
+#define VMAP_CHUNK_SHIFT vmap_chunk_shift
 #define VMAP_CHUNK ((size_t)1 << VMAP_CHUNK_SHIFT)
 #define VMAP_CHUNK_PAGES (VMAP_CHUNK >> VMAP_PAGE_SHIFT)
 #define VMAP_MAX_REGIONS 64
@@ -160,6 +167,7 @@ struct vmap_slab;
 struct vmap_region {
 	uintptr_t base;
 	size_t size;
+	size_t whole;            /* size, but 0 while a chunk of it is lent (vmap_region_of) */
 	struct vmap_pte *pt;     /* size / PAGE entries */
 	uint16_t *chunk_owner;   /* (shard + 1) | big << 15; shard bits 0: free (see below) */
 	size_t nchunks;
@@ -177,6 +185,15 @@ static inline bool vmap_chunk_is_free(uint16_t owner)
 {
 	return !(owner & 0x7fffu);
 }
+/* A chunk the arena lent to the kernel under a tight RLIMIT_AS (tight.c):
+ * unmapped, so that glibc could have the address space, until the arena
+ * takes it back.  Neither free nor a shard's (its big bit is set: walks of
+ * small chunks skip it), and not the arena's: the kernel may have mapped
+ * anything there.  Only the first region lends (a tight arena has no
+ * other); while it does, its `whole` is 0. */
+#define VMAP_CHUNK_LENT 0xffffu
+/* Chunks lent now (global lock). */
+extern unsigned vmap_lent_chunks VMAP_HIDDEN;
 
 extern struct vmap_region vmap_regions[VMAP_MAX_REGIONS] VMAP_HIDDEN;
 extern unsigned vmap_nregions VMAP_HIDDEN;
@@ -192,13 +209,27 @@ static inline struct vmap_region *vmap_region_of(uintptr_t a)
 		return NULL;
 	/* The first region (the usual one): no count to load, no loop.  Its
 	 * base and size are written before the span covers it (release, read
-	 * above with acquire), and never change after. */
-	if (a - vmap_regions[0].base < vmap_regions[0].size)
-		return &vmap_regions[0];
+	 * above with acquire), and never change after; `whole` is its size but
+	 * while it lends chunks (tight.c).  A plain load, like size's, so that
+	 * the compiler folds it as before (a relaxed atomic one cost every
+	 * large malloc/free pair 6 instructions): an aligned word, stored
+	 * atomically under the global lock before the chunk is unmapped, and
+	 * a stale 0 only takes the check below. */
+	struct vmap_region *r = &vmap_regions[0];
+	if (a - r->base < r->whole)
+		return r;
 	unsigned n = __atomic_load_n(&vmap_nregions, __ATOMIC_ACQUIRE);
 	for (unsigned i = 1; i < n; i++)
 		if (a - vmap_regions[i].base < vmap_regions[i].size)
 			return &vmap_regions[i];
+	/* The first region while it lends chunks: not in those.  A chunk is
+	 * marked lent (and whole 0) before it is unmapped, and free again only
+	 * once it is mapped again: an address the kernel hands out there
+	 * reads lent. */
+	if (a - r->base < r->size &&
+	    __atomic_load_n(&r->chunk_owner[(a - r->base) >> VMAP_CHUNK_SHIFT], __ATOMIC_RELAXED) !=
+		    VMAP_CHUNK_LENT)
+		return r;
 	return NULL;
 }
 

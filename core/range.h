@@ -51,9 +51,13 @@ void vmap_range_setup_wait(void);
  * arena is set up; before, with BACKEND=auto, at least glibc's first mmap
  * threshold (the facade sets it at init). */
 extern size_t vmap_large_above VMAP_HIDDEN;
+/* The largest request the arena takes (blocks, the program's mmaps): under a
+ * tight RLIMIT_AS a quarter of it, glibc and the kernel the larger ones
+ * (tight.c vmap_tight_setup); SIZE_MAX otherwise. */
+extern size_t vmap_area_max VMAP_HIDDEN;
 /* A block of at least size bytes aligned to align (a power of two); *zero is
  * set when its first size bytes are known to be zero.  NULL when the system
- * refuses (errno is the caller's to set). */
+ * refuses, or size is over vmap_area_max (errno is the caller's to set). */
 void *vmap_range_alloc(size_t size, size_t align, bool *zero);
 /* Frees a block; a pointer inside the arena that is not a live block start
  * stops the program with one line naming `who`. */
@@ -252,6 +256,11 @@ uint64_t vmap_arena_recount(uint64_t *counted_ns);
 uint64_t vmap_vma_budget(void);
 /* Claims the unclaimed chunk holding a for shard s, as zero free space. */
 bool vmap_chunk_claim_at(uintptr_t a, struct vmap_shard *s);
+/* Under a tight RLIMIT_AS, after glibc (or the kernel) was refused what the
+ * arena could not place either: lends the kernel at least want bytes of the
+ * arena's free chunks (unmapped), if it has them, for glibc to retry with;
+ * the bytes lent (tight.c). */
+size_t vmap_range_lend(size_t want);
 /* Publishes t, a table of each bytes per chunk mapped PROT_READ, as r's slab
  * descriptors: the slices of claimed chunks are made writable now, those of
  * chunks claimed later at their claim.  Returns the table in use (an earlier

@@ -44,7 +44,8 @@ void vmap_range_check(void)
 		uint64_t prev_free = UINT64_MAX;
 		while (a < end) {
 			size_t c = (a - r->base) >> VMAP_CHUNK_SHIFT;
-			if (vmap_chunk_is_free(r->chunk_owner[c])) {
+			if (vmap_chunk_is_free(r->chunk_owner[c]) ||
+			    r->chunk_owner[c] == VMAP_CHUNK_LENT) {
 				a = r->base + ((c + 1) << VMAP_CHUNK_SHIFT);
 				prev_free = UINT64_MAX;
 				continue;

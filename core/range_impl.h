@@ -28,10 +28,38 @@
 #include "section.h"
 #include "thread.h"
 
-/* The smallest region worth reserving: a smaller one is not an arena. */
+/* The smallest region worth reserving: a smaller one is not an arena.  Under
+ * a tight RLIMIT_AS (2 MiB chunks, tight.c) four chunks still are: large
+ * blocks of a few MiB and slabs. */
 #define REGION_FLOOR ((size_t)256 << 20)
+#define REGION_FLOOR_TIGHT ((size_t)8 << 20)
+
+static inline bool vmap_arena_tight(void)
+{
+	return VMAP_CHUNK_SHIFT == VMAP_CHUNK_SHIFT_TIGHT;
+}
+
+static inline size_t vmap_region_floor(void)
+{
+	return vmap_arena_tight() ? REGION_FLOOR_TIGHT : REGION_FLOOR;
+}
 
 uintptr_t vmap_chunks_acquire(struct vmap_shard *s, bool big, size_t n);
+/* arena.c's chunks for tight.c (global lock held): the room RLIMIT_AS leaves
+ * (claim: chunks; reserve: a new region), the unclaimed gauge, the claim of
+ * given chunks, their THP advice, lent chunks taken back. */
+struct vmap_as_room {
+	uint64_t claim, reserve;
+};
+struct vmap_as_room vmap_as_room_locked(void);
+void vmap_unclaimed_add(unsigned cpu, int64_t d);
+bool vmap_chunks_take_locked(struct vmap_region *r, size_t first, size_t n, unsigned shard,
+			     bool big, bool *unadvise);
+void vmap_chunks_advise(uintptr_t a, size_t n, bool big, bool unadvise);
+bool vmap_chunks_unlend_locked(struct vmap_region *r, size_t first, size_t n);
+/* tight.c: the chunks after a block that realloc grows in place. */
+void vmap_tight_room_after(struct vmap_shard *s, struct vmap_region *r, uintptr_t end,
+			   uint64_t extra, bool big);
 uint64_t vmap_proc_vsize(void);
 int vmap_region_add(size_t want, size_t at_least);
 extern size_t vmap_shards_bytes;
@@ -46,7 +74,8 @@ bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state);
 void vmap_guard_page(uintptr_t area, uint64_t pages, int advice);
 extern bool vmap_guard_on;
 void vmap_pools_to_runs_locked(struct vmap_shard *s);
-size_t vmap_fit_reservation(size_t want);
+size_t vmap_fit_reservation(size_t want, bool *tight);
+unsigned vmap_tight_setup(unsigned n);
 void vmap_count_large_free(int64_t usable);
 struct vmap_pte *vmap_live_pte(const void *p, const char *who, uint64_t *tag,
 				 struct vmap_region **region);

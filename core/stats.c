@@ -234,6 +234,7 @@ void vmap_report_derive(struct vmap_figures *f)
 	is |= vmap_lazy_limit != vmap_lazy_max ? IS_RAISED : 0;
 	is |= vmap_opt.purge_delay_ms ? IS_DELAY : 0;
 	is |= v[FIG_max_maps] ? IS_MAX_MAPS : 0;
+	is |= v[FIG_lent_bytes] ? IS_LENT : 0;
 	is |= vmap_opt.purge_advice == VMAP_ADVICE_FREE ? IS_MADV_FREE : IS_MADV_DONTNEED;
 	is |= !v[FIG_switch_ns]       ? IS_ATOMIC
 	      : v[FIG_switch_ns] == 1 ? IS_PERCPU | IS_PERCPU_START

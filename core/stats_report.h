@@ -83,6 +83,7 @@ enum {
 	IS_RAISED = 1u << 12,      /* the pressure limit was raised */
 	IS_DELAY = 1u << 13,       /* purges after a delay too */
 	IS_MAX_MAPS = 1u << 14,    /* vm.max_map_count was read */
+	IS_LENT = 1u << 15,        /* arena chunks are lent to the kernel (tight RLIMIT_AS) */
 	IS_MADV_FREE = 1u << 16,   /* purges use MADV_FREE */
 	IS_MADV_DONTNEED = 1u << 17,
 	IS_ATOMIC = 1u << 18,      /* counters still atomic */

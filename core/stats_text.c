@@ -71,6 +71,7 @@ static const struct text_piece lines[] = {
 	{0, "address space reserved",
 	 "%B in %U region(s), %U shard(s) (virtual: untouched pages cost nothing)",
 	 {F(mapped_bytes), F(regions), F(shards)}},
+	{IS_LENT, "", "; %B lent to the kernel for glibc (tight RLIMIT_AS)", {F(lent_bytes)}},
 
 	{0, "mappings", "%U", {F(maps)}},
 	{IS_MAX_MAPS, "", " of vm.max_map_count %U (%P)", {F(max_maps), F(maps), F(max_maps)}},

@@ -397,7 +397,7 @@ static void check_block(const char *what, void *p, size_t n, int owned)
     CHECK(is_aligned(p, 16), "%s(%zu) = %p not 16-aligned", what, n, p);
     size_t us = malloc_usable_size(p);
     CHECK(us >= n, "%s(%zu) usable %zu", what, n, us);
-    CHECK_OWNS(p, owned, "%s(%zu) ownership", what, n);
+    CHECK_OWNS(p, owned, "%s(%zu) ownership (owns=%d)", what, n, vm.owns(p));
     unsigned char *c = p;
     c[0] = 1;
     c[us - 1] = 2;
@@ -501,7 +501,7 @@ static void test_realloc(void)
         size_t bad = vmt_verify(q, 0, keep, 200 + (unsigned)i);
         CHECK(bad == SIZE_MAX, "realloc %zu -> %zu lost byte %zu", a, b, bad);
         if (b > vmt_large_above())
-            CHECK_OWNS(q, 1, "realloc %zu -> %zu result not owned", a, b);
+            CHECK_OWNS(q, 1, "realloc %zu -> %zu result ownership (owns=%d)", a, b, vm.owns(q));
         memset(q, 0x77, malloc_usable_size(q));
         free(q);
     }

@@ -1,0 +1,237 @@
+/*
+ * tight.c — unit tests of the arena under a tight RLIMIT_AS (core/tight.c and
+ * its chunks in arena.c): the first region's fit, the chunk size and shard
+ * count that go with it, lending free chunks to the kernel when glibc is
+ * refused and taking them back, and blocks growing in place across chunks.
+ *
+ * Each case runs in a child that sets RLIMIT_AS before the arena is set up
+ * (the limit would starve Criterion's own mappings); the child prints the
+ * check that failed and exits 1.  Linked with the VMAP_DEBUG core: the model
+ * check vmap_range_check() runs after every range operation, lent chunks
+ * included.
+ */
+#include "unit.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include "range_impl.h"
+
+TestSuite(tight, .timeout = 60);
+
+#define SKIPPED 77
+
+#define REQ(c)                                                                       \
+	do {                                                                         \
+		if (!(c)) {                                                          \
+			fprintf(stderr, "tight.c:%d: failed: %s\n", __LINE__, #c);   \
+			return 1;                                                    \
+		}                                                                    \
+	} while (0)
+
+static uint64_t vsize(void)
+{
+	char buf[64] = {0};
+	int fd = open("/proc/self/statm", O_RDONLY);
+	if (fd < 0 || read(fd, buf, sizeof buf - 1) <= 0)
+		return 0;
+	close(fd);
+	return strtoull(buf, NULL, 10) * 4096;
+}
+
+/* RLIMIT_AS at VmSize + room, then the arena with these options; 0 or -errno
+ * from vmap_range_init. */
+static int limited_setup(uint64_t room, const char *const *env)
+{
+	static const char *const none[] = {NULL};
+	if (vsize() > 64 * GiB)
+		_exit(SKIPPED); /* a sanitizer's shadow memory: its own mappings need more */
+	uint64_t limit = vsize() + room;
+	struct rlimit rl = {limit, limit};
+	if (setrlimit(RLIMIT_AS, &rl) != 0 || unit_parse(env ? env : none) != 0)
+		return -EINVAL;
+	vmap_counter_init(2);
+	return vmap_range_init();
+}
+
+/* Runs fn in a child; its exit status (SKIPPED: the test is skipped). */
+static int run(int (*fn)(void))
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0)
+		_exit(fn());
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st), "child status %#x", st);
+	if (WEXITSTATUS(st) == SKIPPED)
+		cr_skip_test("VmSize over 64 GiB before the test (a sanitizer's shadow memory)");
+	return WEXITSTATUS(st);
+}
+
+static bool zero;
+
+/* ---- the fit ------------------------------------------------------------- */
+
+static int fit_200m(void)
+{
+	REQ(limited_setup(200 * MiB, NULL) == 0);
+	REQ(vmap_arena_tight());
+	REQ(VMAP_CHUNK == 2 * MiB);
+	size_t size = vmap_regions[0].size;
+	/* Half of what the limit leaves (VmSize grew a little since), in chunks. */
+	REQ(size % (2 * MiB) == 0 && size >= 90 * MiB && size <= 100 * MiB);
+	REQ(vmap_area_max == size / 4);
+	unsigned ncpu = vmap_os_ncpu();
+	REQ(vmap_range_nshards() == (ncpu < size >> 24 ? ncpu : size >> 24));
+	void *p = vmap_range_alloc(MiB, VMAP_PAGE, &zero);
+	REQ(p && vmap_range_owns(p));
+	REQ(!vmap_range_alloc(size / 4 + 1, VMAP_PAGE, &zero)); /* glibc's: over a quarter */
+	vmap_range_free(p, "free");
+	return 0;
+}
+
+/* Under 200 MiB the arena is half of what is left, in 2 MiB chunks, with
+ * a shard per 16 MiB at most; before, no arena (a quarter was under 256 MiB). */
+Test(tight, a_tight_limit_gets_half_the_room_in_small_chunks)
+{
+	cr_assert_eq(run(fit_200m), 0);
+}
+
+static int fit_2g(void)
+{
+	REQ(limited_setup(2 * GiB, NULL) == 0);
+	REQ(!vmap_arena_tight() && VMAP_CHUNK == 64 * MiB);
+	size_t size = vmap_regions[0].size; /* a quarter, in 64 MiB chunks */
+	REQ(size == 448 * MiB || size == 512 * MiB);
+	REQ(vmap_area_max == SIZE_MAX);
+	REQ(vmap_range_lend(GiB) == 0); /* a wide arena lends nothing */
+	return 0;
+}
+
+Test(tight, a_wide_limit_keeps_the_quarter_in_64m_chunks)
+{
+	cr_assert_eq(run(fit_2g), 0);
+}
+
+static int fit_6m(void)
+{
+	REQ(limited_setup(6 * MiB, NULL) != 0); /* half is under 8 MiB */
+	REQ(vmap_nregions == 0);
+	REQ(!vmap_range_alloc(MiB, VMAP_PAGE, &zero));
+	REQ(vmap_range_lend(MiB) == 0);
+	return 0;
+}
+
+Test(tight, no_arena_below_eight_mib)
+{
+	cr_assert_eq(run(fit_6m), 0);
+}
+
+Test(tight, no_limit_lends_nothing)
+{
+	range_setup(NULL);
+	cr_assert_not(vmap_arena_tight());
+	cr_assert_eq(vmap_range_lend(GiB), 0);
+}
+
+/* ---- lending -------------------------------------------------------------- */
+
+static int lend_and_take_back(void)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	REQ(limited_setup(200 * MiB, env) == 0);
+	struct vmap_region *r = &vmap_regions[0];
+	uintptr_t end = r->base + r->size;
+	void *keep = vmap_range_alloc(MiB, VMAP_PAGE, &zero);
+	REQ(keep);
+	uint64_t unclaimed = (uint64_t)ctr(VMAP_STAT_unclaimed_bytes);
+	/* 5 MiB asked: three chunks, from the end down. */
+	REQ(vmap_range_lend(5 * MiB) == 6 * MiB);
+	REQ(ctr(VMAP_STAT_lent_bytes) == (int64_t)(6 * MiB));
+	REQ((uint64_t)ctr(VMAP_STAT_unclaimed_bytes) == unclaimed - 6 * MiB);
+	REQ(vmap_lent_chunks == 3);
+	REQ(r->chunk_owner[r->nchunks - 1] == VMAP_CHUNK_LENT);
+	REQ(!vmap_range_owns((void *)(end - 1)) && vmap_range_owns((void *)(end - 6 * MiB - 1)));
+	/* Unmapped: the kernel maps there at will.  Take the last chunk. */
+	char *k = mmap((void *)(end - 2 * MiB), 2 * MiB, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	REQ(k == (char *)(end - 2 * MiB));
+	memset(k, 0x5a, 2 * MiB);
+	REQ(!vmap_range_owns(k) && !vmap_region_of((uintptr_t)k));
+	/* Fill the arena: the claims take back the two lent chunks still
+	 * empty, not the kernel's. */
+	size_t n = 0;
+	while (vmap_range_alloc(MiB, VMAP_PAGE, &zero))
+		n++;
+	REQ(vmap_lent_chunks == 1 && ctr(VMAP_STAT_lent_bytes) == (int64_t)(2 * MiB));
+	REQ(n * MiB > r->size - 2 * MiB - 6 * MiB); /* (1 MiB blocks with a guard page each) */
+	REQ(k[0] == 0x5a && k[2 * MiB - 1] == 0x5a);
+	REQ(!vmap_range_owns(k));
+	/* Given back, the chunk is taken back when a claim needs it. */
+	REQ(munmap(k, 2 * MiB) == 0);
+	REQ(vmap_range_alloc(MiB, VMAP_PAGE, &zero));
+	REQ(vmap_lent_chunks == 0 && ctr(VMAP_STAT_lent_bytes) == 0);
+	REQ(vmap_range_owns((void *)(end - 1)));
+	return 0;
+}
+
+/* glibc refused: free chunks go back to the kernel (not the arena's from
+ * then on), a claim maps them again unless the kernel put something there. */
+Test(tight, lent_chunks_are_the_kernels_until_taken_back)
+{
+	cr_assert_eq(run(lend_and_take_back), 0);
+}
+
+static int lend_after_free(void)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	REQ(limited_setup(200 * MiB, env) == 0);
+	void *p[32];
+	for (int i = 0; i < 32; i++)
+		REQ((p[i] = vmap_range_alloc(MiB + MiB / 2, VMAP_PAGE, &zero)));
+	for (int i = 0; i < 32; i++)
+		vmap_range_free(p[i], "free");
+	/* Freed areas are cached, their chunks claimed: a lend purges first. */
+	size_t size = vmap_regions[0].size;
+	REQ(vmap_range_lend(SIZE_MAX) == size);
+	REQ(vmap_lent_chunks == size / VMAP_CHUNK);
+	void *q = vmap_range_alloc(3 * MiB, VMAP_PAGE, &zero);
+	REQ(q && vmap_range_owns(q) && vmap_lent_chunks == size / VMAP_CHUNK - 2);
+	return 0;
+}
+
+Test(tight, a_lend_gives_back_freed_areas_first)
+{
+	cr_assert_eq(run(lend_after_free), 0);
+}
+
+/* ---- realloc in place across chunks ----------------------------------------- */
+
+static int grow_in_place(void)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	REQ(limited_setup(200 * MiB, env) == 0);
+	char *a = vmap_range_alloc(3 * MiB, VMAP_PAGE, &zero);
+	REQ(a);
+	memset(a, 0x11, 3 * MiB);
+	/* Every free chunk lent: growing takes the next ones back. */
+	REQ(vmap_range_lend(SIZE_MAX) > 0);
+	REQ(vmap_range_resize(a, 9 * MiB));
+	REQ(vmap_range_usable(a, "realloc") >= 9 * MiB);
+	REQ(a[0] == 0x11 && a[3 * MiB - 1] == 0x11);
+	memset(a, 0x22, 9 * MiB);
+	REQ(vmap_range_resize(a, 20 * MiB)); /* and again, with no lend */
+	REQ(a[9 * MiB - 1] == 0x22);
+	vmap_range_free(a, "free");
+	return 0;
+}
+
+/* A block grows in place past its chunk, where moving it would need both
+ * sizes at once under the limit. */
+Test(tight, realloc_grows_in_place_into_the_next_chunks)
+{
+	cr_assert_eq(run(grow_in_place), 0);
+}
