@@ -102,7 +102,7 @@ __attribute__((noinline)) void *vmap_malloc_fast_refill(struct vmap_heap *h, siz
 /* A free into another thread's slab (or an exited thread's: taken over,
  * slab_heap.c), which the fast path found: checked and pushed onto the
  * slab's remote stack without looking the address up again. */
-__attribute__((noinline)) void vmap_free_remote(struct vmap_slab *d, void *p)
+__attribute__((noinline)) void vmap_free_remote(void *p, struct vmap_slab *d)
 {
 	count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_slab_frees);
 	vmap_slab_remote_free(d, vmap_slab_mark_free(d, p, "free"));

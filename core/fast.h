@@ -21,7 +21,7 @@ void *vmap_malloc_slow(size_t size) VMAP_HIDDEN;
 void vmap_free_slow(void *p) VMAP_HIDDEN;
 void *vmap_malloc_refill(size_t size) VMAP_HIDDEN;
 void *vmap_malloc_fast_refill(struct vmap_heap *h, size_t size) VMAP_HIDDEN;
-void vmap_free_remote(struct vmap_slab *d, void *p) VMAP_HIDDEN;
+void vmap_free_remote(void *p, struct vmap_slab *d) VMAP_HIDDEN;
 void *vmap_malloc_fast_leave(struct vmap_heap *h, void *o) VMAP_HIDDEN;
 void vmap_free_fast_leave(struct vmap_heap *h) VMAP_HIDDEN;
 void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d) VMAP_HIDDEN;
@@ -135,7 +135,7 @@ __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 	if (__builtin_expect(!d || !h || vmap_reentered(), 0))
 		return vmap_free_slow(p); /* a large block, or no heap */
 	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h, 0))
-		return vmap_free_remote(d, p); /* another thread's slab (or an exited one's) */
+		return vmap_free_remote(p, d); /* another thread's slab (or an exited one's) */
 	void **o = vmap_slab_mark_free(d, p, "free");
 	vmap_depth_enter();
 	if (vmap_slab_push(d, o))
