@@ -111,17 +111,12 @@ __attribute__((always_inline)) static inline void *vmap_fast_calloc(size_t n, si
 	return vmap_calloc(n, size);
 }
 
-/* align: any value memalign accepts; only those of 16 and less are served
- * here (glibc rounds smaller ones up to a power of two). */
-__attribute__((always_inline)) static inline void *vmap_fast_memalign(size_t align, size_t size)
+/* An object for an aligned call whose alignment the caller has checked to
+ * be 16 or less (every slab object's), counted as such; NULL: not here. */
+__attribute__((always_inline)) static inline void *vmap_fast_aligned(size_t size)
 {
 	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(align <= 16 && h, 1)) {
-		void *p = vmap_fast_pop(size, &h->fast_memaligns);
-		if (__builtin_expect(p != NULL, 1))
-			return p;
-	}
-	return vmap_memalign(align, size);
+	return __builtin_expect(h != NULL, 1) ? vmap_fast_pop(size, &h->fast_memaligns) : NULL;
 }
 
 __attribute__((always_inline)) static inline void vmap_fast_free(void *p)

@@ -229,11 +229,8 @@ static bool reclaim(struct vmap_heap *h, struct vmap_slab *d)
 	vmap_stat_inc_local(VMAP_STAT_slabs_adopted);
 	if (d->used == 0) {
 		vmap_slab_empty(h, d);
-	} else if (d->free || d->bump < d->cap) {
-		vmap_slab_list_push(&h->partial[c], d);
-	} else if (vmap_slab_file_full(h, d)) {
-		/* on the full list (remote frees bump the hint) */
-	} else {
+	} else if (d->free || d->bump < d->cap || !vmap_slab_file_full(h, d)) {
+		/* something to hand out (file_full false: a remote free came) */
 		__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
 		vmap_slab_list_push(&h->partial[c], d);
 	}

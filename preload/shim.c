@@ -30,27 +30,27 @@ EXPORT void *realloc(void *p, size_t size) { return vmap_realloc(p, size); }
 EXPORT void *reallocarray(void *p, size_t n, size_t size) { return vmap_reallocarray(p, n, size); }
 EXPORT int posix_memalign(void **out, size_t align, size_t size)
 {
-	struct vmap_heap *h = vmap_tls.heap;
-	if ((align == 8 || align == 16) && h) { /* powers of two, multiples of sizeof(void *) */
-		void *p = vmap_fast_pop(size, &h->fast_memaligns);
-		if (p) {
-			*out = p;
-			return 0;
-		}
+	void *p; /* 8 and 16: the powers of two and multiples of sizeof(void *) up to 16 */
+	if ((align == 8 || align == 16) && (p = vmap_fast_aligned(size))) {
+		*out = p;
+		return 0;
 	}
 	return vmap_posix_memalign(out, align, size);
 }
 EXPORT void *aligned_alloc(size_t align, size_t size)
 {
-	struct vmap_heap *h = vmap_tls.heap;
-	if (align && align <= 16 && !(align & (align - 1)) && h) {
-		void *p = vmap_fast_pop(size, &h->fast_memaligns);
-		if (p)
-			return p;
-	}
+	void *p;
+	if (align && align <= 16 && !(align & (align - 1)) && (p = vmap_fast_aligned(size)))
+		return p;
 	return vmap_aligned_alloc(align, size);
 }
-EXPORT void *memalign(size_t align, size_t size) { return vmap_fast_memalign(align, size); }
+EXPORT void *memalign(size_t align, size_t size)
+{
+	void *p; /* any alignment up to 16: glibc rounds it up to a power of two */
+	if (align <= 16 && (p = vmap_fast_aligned(size)))
+		return p;
+	return vmap_memalign(align, size);
+}
 EXPORT void *valloc(size_t size) { return vmap_valloc(size); }
 EXPORT void *pvalloc(size_t size) { return vmap_pvalloc(size); }
 EXPORT size_t malloc_usable_size(void *p) { return vmap_usable_size(p); }
