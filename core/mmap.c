@@ -253,12 +253,14 @@ int vmap_munmap(void *addr, size_t len)
 	}
 	if (!overlaps_arena(a, e))
 		return vmap_os_munmap(addr, len);
+	/* A sealed page anywhere in the range: the kernel's first answer,
+	 * whatever else the range holds (nothing is unmapped). */
+	if (vmap_walk(a, e, vmap_find_sealed, NULL))
+		return -EPERM;
 	if (vmap_walk(a, e, vmap_find_malloc, NULL)) {
 		vmap_mmap_refuse("munmap", a);
 		return -EINVAL;
 	}
-	if (vmap_walk(a, e, vmap_find_sealed, NULL))
-		return -EPERM;
 	bool any = false;
 	int rc = vmap_walk(a, e, vmap_unmap_piece, &any);
 	if (any)
