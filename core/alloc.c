@@ -68,7 +68,7 @@ static inline void count(enum vmap_stat s)
 {
 	vmap_local.n[s]++;
 	vmap_local.dirty |= 1ull << s;
-	if (__builtin_expect(--vmap_local.budget <= 0, 0))
+	if (__builtin_expect(--vmap_local.budget < 0, 0))
 		vmap_fold_and_tick();
 }
 

@@ -38,6 +38,12 @@ extern bool vmap_large_free_hooks VMAP_HIDDEN;
  * profile is on).  Written with vmap_direct_mi first (release). */
 extern size_t vmap_direct_limit VMAP_HIDDEN;
 extern bool vmap_direct_mi VMAP_HIDDEN;
+/* The same mode as the frees see it: which allocator a free that is not the
+ * arena's asks first (mimalloc by its segment map; glibc unless the block is
+ * an escape block), 0 = none: the general path.  Set and cleared with
+ * vmap_direct_limit. */
+enum { VMAP_DIRECT_FREE_NONE, VMAP_DIRECT_FREE_GLIBC, VMAP_DIRECT_FREE_MI };
+extern uint8_t vmap_direct_free VMAP_HIDDEN;
 
 /* The general paths of malloc and free (alloc.c), behind direct.c's, and the
  * fold of this thread's counts every VMAP_LOCAL_BATCH calls (alloc.c). */
@@ -53,7 +59,7 @@ static inline void count3(enum vmap_stat a, enum vmap_stat b, enum vmap_stat c)
 	vmap_local.n[b]++;
 	vmap_local.n[c]++;
 	vmap_local.dirty |= (1ull << a) | (1ull << b) | (1ull << c);
-	if (__builtin_expect(--vmap_local.budget <= 0, 0))
+	if (__builtin_expect(--vmap_local.budget < 0, 0))
 		vmap_fold_and_tick();
 }
 

@@ -129,8 +129,48 @@ void vmap_counter_fold(int64_t *slot, enum vmap_stat s)
 
 __thread struct vmap_local_counts vmap_local;
 
+/* The three statistics each direct kind adds to. */
+static const uint8_t direct_stats[VMAP_DIRECT_KINDS][3] = {
+	[VMAP_DIRECT_GLIBC_MALLOC] = {VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs,
+				      VMAP_STAT_small_glibc_allocs},
+	[VMAP_DIRECT_GLIBC_FREE] = {VMAP_STAT_free_calls, VMAP_STAT_small_frees,
+				    VMAP_STAT_small_glibc_frees},
+	[VMAP_DIRECT_MI_MALLOC] = {VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs,
+				   VMAP_STAT_small_mimalloc_allocs},
+	[VMAP_DIRECT_MI_FREE] = {VMAP_STAT_free_calls, VMAP_STAT_small_frees,
+				 VMAP_STAT_small_mimalloc_frees},
+};
+
+int64_t vmap_counter_direct_pending(enum vmap_stat s)
+{
+	int64_t v = 0;
+	for (unsigned k = 0; k < VMAP_DIRECT_KINDS; k++)
+		for (unsigned j = 0; j < 3; j++)
+			if (direct_stats[k][j] == s)
+				v += vmap_local.direct[k];
+	return v;
+}
+
+bool vmap_counter_direct_used;
+
+__attribute__((noinline)) static void flush_direct(void)
+{
+	for (unsigned k = 0; k < VMAP_DIRECT_KINDS; k++) {
+		int64_t d = vmap_local.direct[k];
+		if (d) {
+			for (unsigned j = 0; j < 3; j++) {
+				vmap_local.n[direct_stats[k][j]] += d;
+				vmap_local.dirty |= 1ull << direct_stats[k][j];
+			}
+			vmap_local.direct[k] = 0;
+		}
+	}
+}
+
 void vmap_counter_flush_local(void)
 {
+	if (__atomic_load_n(&vmap_counter_direct_used, __ATOMIC_RELAXED))
+		flush_direct();
 	unsigned cpu = vmap_counter_slots ? vmap_os_cpu() : 0;
 	for (uint64_t m = vmap_local.dirty; m; m &= m - 1) {
 		unsigned i = (unsigned)__builtin_ctzll(m);

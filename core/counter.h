@@ -148,15 +148,33 @@ static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
  * on vmap_stat_add_cpu.
  */
 #define VMAP_LOCAL_BATCH 128
+/* The calls the direct backends served (direct.c), one add each: a kind
+ * stands for three statistics (the call, small_allocs or small_frees, and
+ * the serving allocator's share), which the fold adds it to. */
+enum vmap_direct_kind {
+	VMAP_DIRECT_GLIBC_MALLOC,
+	VMAP_DIRECT_GLIBC_FREE,
+	VMAP_DIRECT_MI_MALLOC,
+	VMAP_DIRECT_MI_FREE,
+	VMAP_DIRECT_KINDS
+};
 struct vmap_local_counts {
-	int32_t budget; /* events until the next fold; 0 in a new thread */
+	int32_t budget; /* events until the next fold, less one (a fold at -1: one
+			 * instruction fewer); 0 in a new thread */
 	bool exited;    /* after thread exit: fold on every event */
 	uint64_t dirty; /* bit s: n[s] may be non-zero (the fold visits only those) */
+	int64_t direct[VMAP_DIRECT_KINDS]; /* visited once a direct path was on */
 	int64_t n[VMAP_STAT_COUNT];
 };
 _Static_assert(VMAP_STAT_COUNT <= 64, "one dirty bit per statistic");
 extern __thread struct vmap_local_counts vmap_local;
 void vmap_counter_flush_local(void);
+/* Set (for good) before a direct path first serves: the folds visit the
+ * direct counts from then on. */
+extern bool vmap_counter_direct_used;
+/* This thread's direct counts not yet folded into statistic s (a signal
+ * handler's peek, which must not fold). */
+int64_t vmap_counter_direct_pending(enum vmap_stat s);
 /* The thread's exit: folds, and every later event (glibc frees after the key
  * destructors) folds at once. */
 void vmap_counter_thread_exit(void);
@@ -165,7 +183,7 @@ static inline void vmap_stat_add_local(enum vmap_stat s, int64_t d)
 {
 	vmap_local.n[s] += d;
 	vmap_local.dirty |= 1ull << s;
-	if (__builtin_expect(--vmap_local.budget <= 0, 0))
+	if (__builtin_expect(--vmap_local.budget < 0, 0))
 		vmap_counter_flush_local();
 }
 

@@ -8,15 +8,18 @@
  * Owns nothing: the mode it reads (vmap_direct_limit, vmap_direct_mi) is
  * init.c's, mimalloc's functions backend_mimalloc.c's.
  *
- * Invariants: the same contracts as the general paths: init on the first
- * call (enter), every call counted (malloc_calls / free_calls, small_allocs /
- * small_frees, and the serving allocator's own), errno kept by free; with the
- * profile on, vmap_direct_limit is 0 and mimalloc's frees take the general
- * path, which records them.  Apart from alloc.c so that these stay small
- * functions that save few registers: instructions per 64-byte malloc/free
- * pair (bench/pairs.sh --backends): libc 270 -> 243 with glibc's free here
- * too, mimalloc 223 (322 and 240 through the general paths; glibc alone
- * 142, mimalloc alone 119).
+ * Invariants: the same contracts as the general paths: init before the
+ * first call (the direct paths are off until it is done), every call counted
+ * (one direct kind per call, which the fold turns into malloc_calls /
+ * free_calls, small_allocs / small_frees and the serving allocator's own),
+ * a thread's first call registered (direct_tick), errno kept by free; with the
+ * profile on, vmap_direct_limit and vmap_direct_free are 0 and every call
+ * takes the general path, which records it.  Apart from alloc.c so that
+ * these stay small functions that save few registers; the direct frees need
+ * no frame.  Instructions per 64-byte malloc/free pair (bench/pairs.sh
+ * --backends): libc 201, mimalloc 202 (322 and 240 through the general
+ * paths; glibc alone 142, mimalloc alone 119, of which mimalloc's segment
+ * map lookup for free's owner is 21).
  *
  * Called by: fast.h (preload/shim.c's malloc and free, and vmap_malloc and
  * vmap_free here); alloc.c's own frees and mallocs (realloc) take the
@@ -28,45 +31,80 @@
 #include "profile.h"
 #include "pte.h"
 
-/* Init and a thread's first call go through enter() on either path: the
- * limit is 0 until init has set a direct backend up. */
+/* One add per call served directly; the thread's first call and every
+ * VMAP_LOCAL_BATCH-th go out of line, where enter() does what a thread's
+ * first call needs (init itself is done: the direct paths are off until
+ * then) before the fold. */
+__attribute__((noinline, cold)) static void direct_tick(void)
+{
+	enter();
+	vmap_fold_and_tick();
+}
+
+static inline void direct_count(enum vmap_direct_kind k)
+{
+	vmap_local.direct[k]++;
+	if (__builtin_expect(--vmap_local.budget < 0, 0))
+		direct_tick();
+}
+
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 {
 	if (size - 1 < __atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE)) {
-		enter();
-		bool mi = vmap_direct_mi;
-		void *p = mi ? vmap_mi.malloc(vmap_mi_size(size)) : vmap_libc.malloc(size);
-		if (__builtin_expect(p != NULL, 1)) {
-			count3(VMAP_STAT_malloc_calls, VMAP_STAT_small_allocs,
-			       mi ? VMAP_STAT_small_mimalloc_allocs : VMAP_STAT_small_glibc_allocs);
-			return p;
+		if (vmap_direct_mi) {
+			void *p = vmap_mi.malloc(vmap_mi_size(size));
+			if (__builtin_expect(p != NULL, 1)) {
+				direct_count(VMAP_DIRECT_MI_MALLOC);
+				return p;
+			}
+		} else {
+			void *p = vmap_libc.malloc(size);
+			if (__builtin_expect(p != NULL, 1)) {
+				direct_count(VMAP_DIRECT_GLIBC_MALLOC);
+				return p;
+			}
 		}
 	}
 	return vmap_malloc_general(size);
+}
+
+/* A direct free, counted: its turn to tick first, out of line, so that the
+ * free is a tail call either way and the path needs no frame. */
+__attribute__((noinline, cold)) static void direct_free_tick(void *p, void (*fn)(void *))
+{
+	direct_tick();
+	fn(p);
+}
+
+static inline void direct_free(enum vmap_direct_kind k, void (*fn)(void *), void *p)
+{
+	vmap_local.direct[k]++;
+	if (__builtin_expect(--vmap_local.budget < 0, 0))
+		return direct_free_tick(p, fn);
+	fn(p);
+}
+
+/* mimalloc's block (its segments are never the arena's, an escape block or
+ * a foreign pointer), asked by its segment map. */
+__attribute__((noinline)) static void direct_free_mi(void *p)
+{
+	if (vmap_mi.owns(p))
+		return direct_free(VMAP_DIRECT_MI_FREE, vmap_mi.free, p);
+	vmap_free_general(p);
 }
 
 __attribute__((noinline)) void vmap_free_slow(void *p)
 {
 	if (!p)
 		return;
-	/* mimalloc's block (its segments are never the arena's, an escape
-	 * block or a foreign pointer): asked first, only once it is loaded. */
-	if (vmap_mi_owns(p) && !__builtin_expect(vmap_profile_on, 0)) {
-		enter();
-		count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_mimalloc_frees);
-		vmap_mi.free(p);
-		return;
-	}
-	/* BACKEND=libc: glibc's block (or no block: glibc stops the program),
-	 * unless it is in the arena or an escape block. */
-	if (__atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE) && !vmap_direct_mi &&
-	    !vmap_region_of((uintptr_t)p) &&
-	    __atomic_load_n(&vmap_escape_live, __ATOMIC_RELAXED) == 0) {
-		enter();
-		count3(VMAP_STAT_free_calls, VMAP_STAT_small_frees, VMAP_STAT_small_glibc_frees);
-		vmap_libc.free(p);
-		return;
-	}
+	unsigned to = __atomic_load_n(&vmap_direct_free, __ATOMIC_ACQUIRE);
+	if (to == VMAP_DIRECT_FREE_MI)
+		return direct_free_mi(p);
+	/* glibc's block (or no block: glibc stops the program), unless it is
+	 * in the arena or an escape block. */
+	if (to == VMAP_DIRECT_FREE_GLIBC && !vmap_region_of((uintptr_t)p) &&
+	    __atomic_load_n(&vmap_escape_live, __ATOMIC_RELAXED) == 0)
+		return direct_free(VMAP_DIRECT_GLIBC_FREE, vmap_libc.free, p);
 	vmap_free_general(p);
 }
 

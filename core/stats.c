@@ -116,7 +116,7 @@ static uint64_t stat_peek(unsigned i)
 		if (slots)
 			for (unsigned c = 0; c < vmap_counter_nslots; c++)
 				v += __atomic_load_n(&slots[c * VMAP_STAT_STRIDE + i], __ATOMIC_RELAXED);
-		v += (int64_t)vmap_local.n[i] + fast_part(i);
+		v += (int64_t)vmap_local.n[i] + vmap_counter_direct_pending((enum vmap_stat)i) + fast_part(i);
 	}
 	return v < 0 ? 0 : (uint64_t)v;
 }

@@ -221,10 +221,20 @@ static void check_threads(void)
 {
     for (int round = 0; round < 2; round++) {
         pthread_t th[THREADS];
+        uint64_t mallocs = CTR("malloc_calls"), frees = CTR("free_calls");
         for (long t = 0; t < THREADS; t++)
             CHECK(pthread_create(&th[t], NULL, worker, (void *)t) == 0, "pthread_create");
         for (int t = 0; t < THREADS; t++)
             pthread_join(th[t], NULL);
+        /* Every call of the exited threads is counted, the last ones (fewer
+         * than a fold's batch) at their exit. */
+        uint64_t m = CTR("malloc_calls") - mallocs, f = CTR("free_calls") - frees;
+        CHECK(m >= (uint64_t)THREADS * PER && m < (uint64_t)THREADS * PER + 64,
+              "the exited threads' %d mallocs counted: %llu", THREADS * PER,
+              (unsigned long long)m);
+        CHECK(f >= (uint64_t)THREADS * ((PER + 2) / 3) && f < (uint64_t)THREADS * ((PER + 2) / 3) + 64,
+              "the exited threads' %d frees counted: %llu", THREADS * ((PER + 2) / 3),
+              (unsigned long long)f);
         for (int t = 0; t < THREADS; t++)
             for (int i = 0; i < PER; i++) {
                 if (!kept[t][i])
