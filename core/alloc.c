@@ -47,8 +47,9 @@
  * calls, is also where any call -- small or large, glibc's or the slabs' --
  * looks at the clock: the age purge runs there once it is due, so that a
  * program that freed large blocks and then makes only small calls still
- * gives them back after the delay, and where the timeline takes its
- * samples (timeline.c).  Entry points only, with no lock held.
+ * gives them back after the delay, where glibc's heap is trimmed after
+ * auto's switch (init.c), and where the timeline takes its samples
+ * (timeline.c).  Entry points only, with no lock held.
  */
 __attribute__((noinline)) void vmap_fold_and_tick(void)
 {
@@ -57,8 +58,10 @@ __attribute__((noinline)) void vmap_fold_and_tick(void)
 	if ((vmap_shards || timeline) && !vmap_reentered()) {
 		vmap_depth_enter();
 		uint64_t now = vmap_os_now_ns();
-		if (vmap_shards)
+		if (vmap_shards) {
 			vmap_purge_tick(now);
+			vmap_auto_trim_tick(now);
+		}
 		vmap_timeline_tick(now);
 		vmap_depth_leave();
 	}

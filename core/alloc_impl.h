@@ -72,6 +72,9 @@ void vmap_enter_slow(void) VMAP_HIDDEN;
 /* BACKEND=auto: a thread's batch of vmap_auto_step small requests added to
  * the process's count; the switch to the slabs once that reaches AUTO_AFTER. */
 void vmap_auto_add(void) VMAP_HIDDEN;
+/* BACKEND=auto after the switch: glibc's heap trimmed as it empties (at the
+ * folds, rate-limited). */
+void vmap_auto_trim_tick(uint64_t now) VMAP_HIDDEN;
 /* Whether the running glibc is at least major.minor (looked up: rare). */
 bool vmap_glibc_at_least(unsigned major, unsigned minor) VMAP_HIDDEN;
 

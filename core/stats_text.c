@@ -57,6 +57,7 @@ static const struct text_piece lines[] = {
 	 {F(small_mimalloc_allocs), F(small_mimalloc_frees), F(mimalloc_bytes), F(mimalloc_peak)}},
 	{IS_BACKEND_MIMALLOC, "", ", glibc %U / %U", {F(small_glibc_allocs), F(small_glibc_frees)}},
 	{0, "", " (allocations / frees)", {0}},
+	{IS_BACKEND_AUTO, "", "; trims of glibc's heap %U", {F(small_glibc_trims)}},
 
 	{0, "resident (VmRSS)", "%B (peak %B)", {F(rss), F(hwm)}},
 	{IS_ROLLUP, "", "; AnonHugePages %B, LazyFree %B", {F(anon_huge), F(lazy_free)}},

@@ -611,7 +611,7 @@ Test(report, text_in_a_signal_handler_says_what_it_did_not_read)
 		"  large blocks in use       46.6 MiB in 62127987 blocks (peak 88.7 MiB)\n"
 		"  small blocks in use       (glibc's figures are not read in a signal handler)\n"
 		"  small backend             auto: glibc 99031457 / 5453230, slabs 51013204 / "
-		"33422541 (allocations / frees)\n"
+		"33422541 (allocations / frees); trims of glibc's heap 72326120\n"
 		"  resident (VmRSS)          5.00 MiB (peak 6.00 MiB)\n"
 		"  cached for reuse          79.2 MiB (no arena yet: set up on the first large block "
 		"or served mmap)\n"
