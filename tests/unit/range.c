@@ -901,7 +901,9 @@ Test(range, purged_whole_chunks_go_back_to_the_arena_for_any_shard, .timeout = 6
  * with its shard, and a chunk with a live block in it is never given back. */
 Test(range, partly_used_chunks_are_not_given_back)
 {
-	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	/* Both blocks of the big kind, so that they share a chunk. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE_MIN=8M", NULL};
 	range_setup(env);
 	void *keep = alloc_ok(8 * MiB, VMAP_PAGE, NULL);
 	void *gone = alloc_ok(40 * MiB, VMAP_PAGE, NULL);
