@@ -183,15 +183,20 @@ static inline void **vmap_slab_mark_free(struct vmap_slab *d, void *p, const cha
 }
 
 /* The owner, in a section: pushes o onto d's free list.  True when d has to
- * change lists (full -> partial, partial -> given back: the caller calls
- * vmap_slab_owner_free_slow); the current slab stays, even empty. */
+ * change lists (the caller calls vmap_slab_owner_free_slow): full -> partial
+ * once an eighth of its objects are free again (at the first free, a slab
+ * went back and forth: the next refill took the slab with one free object,
+ * which ran dry at the next malloc -- alloc-test's random frees took a
+ * refill every 3.3 mallocs), partial -> given back when empty; the current
+ * slab stays, even empty. */
 static inline bool vmap_slab_push(struct vmap_slab *d, void **o)
 {
 	o[0] = d->free;
 	d->free = o;
 	d->used--;
 	uint8_t st = __atomic_load_n(&d->state, __ATOMIC_RELAXED);
-	return __builtin_expect(st != SLAB_CUR, 0) && (st == SLAB_FULL || d->used == 0);
+	return __builtin_expect(st != SLAB_CUR, 0) &&
+	       (d->used == 0 || (st == SLAB_FULL && d->used <= d->cap - (d->cap + 7) / 8));
 }
 
 /* Frees object p of slab d; a pointer that is not an object's start, or an

@@ -101,6 +101,43 @@ Test(slab, a_freed_object_is_reused_first, .init = setup)
 	vmap_free(b);
 }
 
+/* A full slab takes mallocs again only once an eighth of its objects are
+ * free: one free would make it the next refill's slab, which one malloc
+ * runs dry again (random frees then took a refill every few mallocs). */
+Test(slab, a_full_slab_serves_again_once_an_eighth_is_free, .init = setup)
+{
+	enum { PER = 64 }; /* 1 KiB objects: 64 per 64 KiB slab */
+	static void *a[PER], *c[2 * PER];
+	for (unsigned i = 0; i < PER; i++)
+		a[i] = vmap_malloc(1024);
+	uintptr_t lo = (uintptr_t)a[0], hi = lo;
+	for (unsigned i = 0; i < PER; i++) {
+		lo = (uintptr_t)a[i] < lo ? (uintptr_t)a[i] : lo;
+		hi = (uintptr_t)a[i] > hi ? (uintptr_t)a[i] : hi;
+	}
+	cr_assert_eq(hi - lo, (PER - 1) * 1024, "the first 64 objects fill one slab");
+	for (unsigned i = 0; i < PER; i++) /* a second slab, run dry */
+		c[i] = vmap_malloc(1024);
+	vmap_free(a[5]);
+	void *x = vmap_malloc(1024);
+	cr_assert((uintptr_t)x < lo || (uintptr_t)x > hi,
+		  "one free object does not make the full slab the next refill's");
+	for (unsigned i = 0; i < PER / 8; i++)
+		if (i != 5)
+			vmap_free(a[i]);
+	for (unsigned i = PER; i < 2 * PER - 1; i++) /* the third slab, run dry */
+		c[i] = vmap_malloc(1024);
+	void *y = vmap_malloc(1024);
+	cr_assert((uintptr_t)y >= lo && (uintptr_t)y <= hi,
+		  "with an eighth of it free, the full slab serves the next refill");
+	vmap_free(x);
+	vmap_free(y);
+	for (unsigned i = PER / 8; i < PER; i++)
+		vmap_free(a[i]);
+	for (unsigned i = 0; i < 2 * PER - 1; i++)
+		vmap_free(c[i]);
+}
+
 Test(slab, empty_slabs_other_than_the_current_go_back, .init = setup)
 {
 	enum { N = 5000 }; /* 64-byte objects: 1024 per 64 KiB slab */
