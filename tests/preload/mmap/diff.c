@@ -15,6 +15,8 @@
  * transcripts case by case: the kernel is the oracle.
  *
  *   diff [--case NAME]...        run the differential cases (default: all)
+ *   diff --seed N [--case NAME]... random-vmas-dontunmap with seed N (0x... or
+ *                                decimal) instead of its fixed seeds
  *   diff --list                  list the cases, one line each
  *   diff --preload-only [--case NAME]...
  *                                run the cases that only make sense under
@@ -2975,14 +2977,14 @@ static void c_random_churn(void)
  * a VMA DONTUNMAP left without an anon_vma loses VM_ACCOUNT when made
  * read-only, and does not always merge back when made writable again.
  */
-static void random_vmas(int dontunmap)
+static void random_vmas(int dontunmap, uint64_t seed)
 {
     enum { MAXM = 8, OPS = 2500 };
     static const int advice[] = { MADV_RANDOM, MADV_NORMAL, MADV_SEQUENTIAL, MADV_DONTFORK,
                                   MADV_DOFORK, MADV_DONTNEED };
     struct { char *a; size_t n; } m[MAXM];
     int nm = 0;
-    uint64_t s = dontunmap ? 0xd0e5a11ull : 0x5eed1e55ull;
+    uint64_t s = seed;
     for (int op = 0; op < OPS; op++) {
         if (op % 50 == 0) {
             for (int k = 0; k < nm; k++) {
@@ -3118,8 +3120,11 @@ static void random_vmas(int dontunmap)
 
 static void c_random_vmas(void)
 {
-    random_vmas(0);
+    random_vmas(0, 0x5eed1e55ull);
 }
+
+/* --seed N: the seed of random-vmas-dontunmap (0: its own). */
+static uint64_t dontunmap_seed;
 
 /* The same with MREMAP_DONTUNMAP of sub-ranges among the operations.  One
  * seed: the kernel keeps VMAs apart by state vmapalloc cannot see --
@@ -3131,7 +3136,7 @@ static void c_random_vmas(void)
  * moves in 2500 operations). */
 static void c_random_vmas_dontunmap(void)
 {
-    random_vmas(1);
+    random_vmas(1, dontunmap_seed ? dontunmap_seed : 0xd0e5a11ull);
 }
 
 struct churn_arg { int id; int errors; int fails; };
@@ -3845,7 +3850,7 @@ static const struct tcase pl_cases[] = {
 static int usage(void)
 {
     static const char u[] =
-        "usage: diff [--list] [--preload-only] [--case NAME]...\n";
+        "usage: diff [--list] [--preload-only] [--seed N] [--case NAME]...\n";
     write_all(2, u, sizeof u - 1);
     return 2;
 }
@@ -3912,6 +3917,8 @@ int main(int argc, char **argv)
             pl = 1;
         else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc && nnames < 64)
             names[nnames++] = argv[++i];
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+            dontunmap_seed = strtoull(argv[++i], NULL, 0);
         else
             return usage();
     }
