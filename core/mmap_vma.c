@@ -3,9 +3,10 @@
  * which piece a page belongs to (a served or foreign mapping, a malloc block,
  * a block vmapalloc holds, a hole), and, inside a served mapping, the
  * attributes and boundaries of the VMAs the kernel would have given the
- * program (protection, advice, locking, seals).  mmap.c and mremap.c read
- * and change them; nothing here makes a system call but to give fresh pages
- * the attributes they must have (vmap_realize_attrs).
+ * program (protection, advice, locking, seals, and the state it merges them
+ * by without showing it: anon_vma, VM_ACCOUNT, page offsets).  mmap.c and
+ * mremap.c read and change them; nothing here makes a system call but to
+ * give fresh pages the attributes they must have (vmap_realize_attrs).
  */
 #include "mmap_impl.h"
 
