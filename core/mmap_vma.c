@@ -555,7 +555,7 @@ static void settle_anon(struct vmap_region *r, uintptr_t head, uintptr_t a, uint
 			pop |= w & VA_POPULATE;
 			same &= anon_of(w) == anon_of(v) && !(w & VA_POPULATE);
 		}
-		if (anon & VA_NOANON && pop)
+		if ((anon & VA_NOANON) && pop)
 			anon = new_anon(r, head, t, end, x, y, v);
 		if (!same || anon != anon_of(v))
 			set_anon(r, head, t, x, y, anon);
