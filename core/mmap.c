@@ -159,8 +159,12 @@ int vmap_cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr
 	uint64_t lkeep = keep | (cur & (VMAP_TAG_VMA | VMAP_TAG_SEGS));
 	uint64_t rkeep = keep | (cur & VMAP_TAG_SEGS);
 	if (right && (cur & VMAP_TAG_ATTR)) {
-		rkeep |= attrs_bits(vmap_attrs_at(r, p->head, cur, e));
+		unsigned v = vmap_attrs_at(r, p->head, cur, e);
+		rkeep |= attrs_bits(v);
 		vmap_rebase_labels(r, p->head, cur, e, p->end);
+		vmap_set_head_hidden(r, e, v, vmap_has_hidden(r, p->head));
+	} else if (right) {
+		vmap_clear_hidden(r, e);
 	}
 	if (__builtin_expect(vmap_profile_on, 0)) /* its record follows the pieces left */
 		vmap_observe.mmap_cut(p->head, p->end, a, e);
@@ -429,6 +433,7 @@ void *vmap_serve(size_t len, int flags)
 	void *p = vmap_alloc_carve(s, cpu, pages, big, VMAP_PAGE, &zero, VMAP_TAG_MMAP);
 	if (!p)
 		return NULL;
+	vmap_clear_hidden(vmap_region_of((uintptr_t)p), (uintptr_t)p);
 	if (!zero)
 		memset(p, 0, rounded);
 	else if ((flags & MAP_POPULATE) &&

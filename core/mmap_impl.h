@@ -89,9 +89,21 @@ enum {
 	VA_SEALED = 1 << 14, /* mseal: bit 44 of the head tag (VMAP_TAG_VMA) */
 	VA_BITS = 0x1fff | VA_SEALED,
 	VA_APART = 1 << 13, /* a label, in a page's page_attr only (mmap_vma.c) */
+	/* State the kernel keeps per VMA and does not show (mmap_vma.c): never
+	 * applied to the kernel, never in a head tag. */
+	VA_NOACCT = 1 << 15, /* VM_ACCOUNT dropped: a flag VMAs merge by */
+	VA_NOANON = 1 << 16, /* no anon_vma ... */
+	VA_ANON_SHIFT = 17,  /* ... or which one: 4 bits, told apart in a mapping */
+	VA_ANON = 0xf << VA_ANON_SHIFT,
+	VA_POPULATE = 1 << 21, /* no anon_vma, one due: a passing mark */
+	VA_PGOFF = 1 << 22,    /* a label: where it differs, page offsets do not follow */
+	VA_HIDDEN = VA_NOACCT | VA_NOANON | VA_ANON | VA_POPULATE | VA_PGOFF,
+	VA_FLAGS = VA_BITS | VA_NOACCT, /* what neighbours must share to merge */
 };
 #define VA_FRESH ((unsigned)(PROT_READ | PROT_WRITE)) /* what a served mmap() has */
 #define VA_PUB(v) ((v) & (unsigned)VA_BITS) /* the attributes without the label */
+/* What tells a page's VMA from its neighbours: a boundary is where it differs. */
+#define VA_KEY(v) ((v) & (unsigned)(VA_FLAGS | VA_APART | VA_PGOFF))
 
 /* The attributes held in a head tag, and the tag bits holding v (the label
  * is never written to a head tag). */
@@ -134,6 +146,11 @@ void vmap_relabel(struct vmap_region *r, uintptr_t head, uintptr_t end, uint64_t
 		  uintptr_t e, int op, long arg, bool keep);
 void vmap_record_attrs(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e,
 		       struct apply *ap);
+void vmap_clear_hidden(struct vmap_region *r, uintptr_t head);
+void vmap_set_head_hidden(struct vmap_region *r, uintptr_t head, unsigned v, bool any);
+bool vmap_has_hidden(struct vmap_region *r, uintptr_t head);
+void vmap_emptied(struct vmap_region *r, uintptr_t head, uintptr_t x, uintptr_t e);
+void vmap_populated(struct vmap_region *r, uintptr_t head, uintptr_t x);
 
 /* ---- served mappings (mmap.c), for mremap.c ---------------------------- */
 

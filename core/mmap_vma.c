@@ -3,9 +3,10 @@
  * which piece a page belongs to (a served or foreign mapping, a malloc block,
  * a block vmapalloc holds, a hole), and, inside a served mapping, the
  * attributes and boundaries of the VMAs the kernel would have given the
- * program (protection, advice, locking, seals).  mmap.c and mremap.c read
- * and change them; nothing here makes a system call but to give fresh pages
- * the attributes they must have (vmap_realize_attrs).
+ * program (protection, advice, locking, seals, and the state it merges them
+ * by without showing it: anon_vma, VM_ACCOUNT, page offsets).  mmap.c and
+ * mremap.c read and change them; nothing here makes a system call but to
+ * give fresh pages the attributes they must have (vmap_realize_attrs).
  */
 #include "mmap_impl.h"
 
@@ -165,16 +166,97 @@ int vmap_find_sealed(struct vmap_region *r, struct piece *p, uintptr_t a, uintpt
  *   label:  0 0 0   0 0   0 0   1 1      ':': only the labels do)
  */
 
+/*
+ * What the kernel keeps per VMA and does not show, and which still decides
+ * whether neighbours merge (mm/mprotect.c mprotect_fixup, mm/vma.c
+ * is_mergeable_anon_vma, mm/rmap.c find_mergeable_anon_vma, mm/mremap.c):
+ *
+ *   anon_vma    a VMA gets one at its first write fault -- also mlock's
+ *               populate of a writable VMA, mprotect making a locked VMA
+ *               writable, mremap growing a locked one -- the one of a
+ *               neighbour whose flags differ at most in protection, or a new
+ *               one; then keeps it.  MREMAP_DONTUNMAP of a whole VMA drops it
+ *               (dontunmap_complete: unlink_anon_vmas).  Moved pages take
+ *               their VMA's along.  Neighbours merge if one has none (the
+ *               merged VMA has the other's) or both have the same.
+ *   VM_ACCOUNT  mprotect to read-only drops it from a VMA that has no
+ *               anon_vma, to writable gives it back: VMAs that differ in it
+ *               do not merge.
+ *   vm_pgoff    neighbours merge only where page offsets follow on; a moved
+ *               VMA without an anon_vma takes the offset of its new place,
+ *               one with keeps its old (copy_vma), so VMAs moved together
+ *               follow on only where both have one or neither has.
+ *
+ * A served mapping is taken as written when it is made: one anon_vma, id 0.
+ * VA_NOANON, VA_ANON (an id, equal in a mapping where the anon_vmas are),
+ * VA_NOACCT and VA_PGOFF (a label: offsets do not follow on between pages
+ * where it differs) are kept per page like the attributes; for
+ * the first page in the head entry's page_attr word (VMAP_PTE_SEG | bits),
+ * which a live served head leaves unused unless the profile holds a record
+ * there (then the first page is taken as written).  HEAD_ANY there: some page
+ * of the mapping may have such state.  Without it (every mapping no
+ * whole-VMA DONTUNMAP touched, nor a move from one) no VMA is walked for it.
+ *
+ * The kernel also merges a mapping's edge VMAs with the program's other
+ * mappings next to it, which vmapalloc places elsewhere: a VMA at an edge
+ * is taken to end there.
+ */
+#define HEAD_ANY (1u << 24)
+
+static unsigned anon_of(unsigned v)
+{
+	return v & (VA_NOANON | VA_ANON);
+}
+
+/* May VMAs whose pages are u and v merge, as far as anon_vmas go? */
+static bool anon_compat(unsigned u, unsigned v)
+{
+	return (u & VA_NOANON) || (v & VA_NOANON) || anon_of(u) == anon_of(v);
+}
+
+static bool head_word_ours(struct vmap_pte *h)
+{
+	return !(__atomic_load_n(&h->prof_site, __ATOMIC_RELAXED) & VMAP_PTE_SITE);
+}
+
+static uint64_t head_word(struct vmap_region *r, uintptr_t head)
+{
+	struct vmap_pte *h = vmap_pte_of(r, head);
+	uint64_t w = h->page_attr;
+	return (w & VMAP_PTE_SEG) && head_word_ours(h) ? w : 0;
+}
+
+bool vmap_has_hidden(struct vmap_region *r, uintptr_t head)
+{
+	return head_word(r, head) & HEAD_ANY;
+}
+
+/* The first page's hidden state is v's; any: HEAD_ANY. */
+void vmap_set_head_hidden(struct vmap_region *r, uintptr_t head, unsigned v, bool any)
+{
+	struct vmap_pte *h = vmap_pte_of(r, head);
+	if (head_word_ours(h))
+		h->page_attr = VMAP_PTE_SEG | (v & VA_HIDDEN) | (any ? HEAD_ANY : 0);
+}
+
+/* A new served mapping at head: written, as far as it knows. */
+void vmap_clear_hidden(struct vmap_region *r, uintptr_t head)
+{
+	vmap_pte_of(r, head)->page_attr = 0;
+}
+
 /* The attributes of page x of the served mapping at head (tag t). */
 unsigned vmap_attrs_at(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x)
 {
 	if (x == head || !(t & VMAP_TAG_SEGS))
-		return head_attrs(t);
-	return ((unsigned)vmap_pte_of(r, x)->page_attr & (VA_BITS | VA_APART)) ^ VA_FRESH;
+		return head_attrs(t) | ((unsigned)head_word(r, head) & VA_HIDDEN);
+	return ((unsigned)vmap_pte_of(r, x)->page_attr & (VA_BITS | VA_APART | VA_HIDDEN)) ^
+	       VA_FRESH;
 }
 
 void vmap_set_attrs(struct vmap_region *r, uintptr_t x, uintptr_t e, unsigned v)
 {
+	v &= VA_BITS | VA_APART | VA_HIDDEN;
 	for (struct vmap_pte *p = vmap_pte_of(r, x); x < e; x += VMAP_PAGE, p++)
 		p->page_attr = VMAP_PTE_SEG | (v ^ VA_FRESH);
 }
@@ -196,9 +278,9 @@ bool vmap_spans_vmas(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_
 {
 	if (!(t & VMAP_TAG_SEGS) || len <= VMAP_PAGE)
 		return false;
-	unsigned v = vmap_attrs_at(r, head, t, x);
+	unsigned v = VA_KEY(vmap_attrs_at(r, head, t, x));
 	for (uintptr_t y = x + VMAP_PAGE; y < x + len; y += VMAP_PAGE)
-		if (vmap_attrs_at(r, head, t, y) != v)
+		if (VA_KEY(vmap_attrs_at(r, head, t, y)) != v)
 			return true;
 	return false;
 }
@@ -285,19 +367,32 @@ void vmap_inherit_attrs(struct vmap_region *r, uint64_t st, uintptr_t head, uint
 	struct vmap_region *rq = vmap_region_of(q);
 	if (!rq)
 		return;
-	uint64_t set = VMAP_TAG_ATTR | attrs_bits(vmap_attrs_at(r, head, st, x));
+	unsigned first = vmap_attrs_at(r, head, st, x);
+	uint64_t set = VMAP_TAG_ATTR | attrs_bits(first);
 	if (vmap_spans_vmas(r, head, st, x, len)) {
-		/* (Without labels: VMAs that were apart only by them merge where
-		 * they land, vma_merge_new_range in copy_vma.) */
-		for (size_t o = VMAP_PAGE; o < len; o += VMAP_PAGE)
-			vmap_set_attrs(rq, q + o, q + o + VMAP_PAGE,
-				       VA_PUB(vmap_attrs_at(r, head, st, x + o)));
-		vmap_set_attrs(rq, q + len, q + qlen,
-			       VA_PUB(vmap_attrs_at(r, head, st, x + len - VMAP_PAGE)));
+		/* Without the labels: VMAs that were apart only by them merge
+		 * where they land (vma_merge_new_range in copy_vma) -- unless their
+		 * anon_vmas differ, or one has none: the kernel gives that one the
+		 * page offset of its new place, the other keeps its old. */
+		unsigned src = first, prev = first & ~(unsigned)(VA_APART | VA_PGOFF);
+		for (size_t o = VMAP_PAGE; o < len; o += VMAP_PAGE) {
+			unsigned w = vmap_attrs_at(r, head, st, x + o);
+			unsigned v = w & ~(unsigned)(VA_APART | VA_PGOFF);
+			bool follows = (w & src & VA_NOANON) ||
+				       (!((w | src) & VA_NOANON) && !((w ^ src) & VA_PGOFF));
+			v |= (prev ^ (follows ? 0 : VA_PGOFF)) & VA_PGOFF;
+			if ((v & VA_FLAGS) == (prev & VA_FLAGS) && follows)
+				v |= (prev ^ (anon_of(v) != anon_of(prev) ? VA_APART : 0)) & VA_APART;
+			vmap_set_attrs(rq, q + o, q + o + VMAP_PAGE, v);
+			prev = v;
+			src = w;
+		}
+		vmap_set_attrs(rq, q + len, q + qlen, prev);
 		set |= VMAP_TAG_SEGS;
 	}
 	struct vmap_pte *h = vmap_pte_of(rq, q);
 	tag_attrs(h, VMAP_TAG_VMA | VMAP_TAG_SEGS, set);
+	vmap_set_head_hidden(rq, q, first & ~(unsigned)VA_PGOFF, vmap_has_hidden(r, head));
 	vmap_realize_range(rq, q, __atomic_load_n(&h->tag, __ATOMIC_ACQUIRE), q + from, q + qlen);
 }
 
@@ -314,19 +409,41 @@ void vmap_rebase_labels(struct vmap_region *r, uintptr_t head, uint64_t t, uintp
 		return;
 	for (x += VMAP_PAGE; x < end; x += VMAP_PAGE) {
 		struct vmap_pte *q = vmap_pte_of(r, x);
-		if (VA_PUB(((unsigned)q->page_attr) ^ VA_FRESH) != VA_PUB(v))
+		if ((((unsigned)q->page_attr ^ VA_FRESH) & VA_FLAGS) != (v & VA_FLAGS))
 			break;
 		q->page_attr ^= VA_APART;
 	}
+}
+
+/* A locked VMA that is writable is populated with write faults (mlock,
+ * mprotect, mremap growing it): without an anon_vma, it gets one
+ * (settle_anon). */
+static unsigned populated(unsigned v)
+{
+	bool w = (v & (VA_LOCKED | VA_ONFAULT | PROT_WRITE)) == (VA_LOCKED | PROT_WRITE);
+	return w && (v & VA_NOANON) ? v | VA_POPULATE : v;
+}
+
+/* mprotect to prot of a page whose attributes are v. */
+static unsigned reprotected(unsigned v, unsigned prot)
+{
+	unsigned n = (v & ~(unsigned)VA_PROT) | (prot & VA_PROT);
+	if (n == v)
+		return v; /* the flags do not change: nothing does */
+	if (!(prot & PROT_WRITE))
+		return v & VA_NOANON ? n | VA_NOACCT : n;
+	n &= ~(unsigned)VA_NOACCT; /* charged again */
+	return v & PROT_WRITE ? n : populated(n);
 }
 
 /* The attributes v once the call op(arg) changed them. */
 static unsigned attrs_after(unsigned v, int op, long arg)
 {
 	switch (op) {
-	case OP_MPROTECT: return (v & ~(unsigned)VA_PROT) | ((unsigned)arg & VA_PROT);
-	case OP_MLOCK: return (v & ~(unsigned)VA_ONFAULT) | VA_LOCKED;
-	case OP_MLOCK2: return (v & ~(unsigned)VA_ONFAULT) | VA_LOCKED | ((arg & 1) ? VA_ONFAULT : 0);
+	case OP_MPROTECT: return reprotected(v, (unsigned)arg);
+	case OP_MLOCK: return populated((v & ~(unsigned)VA_ONFAULT) | VA_LOCKED);
+	case OP_MLOCK2:
+		return populated((v & ~(unsigned)VA_ONFAULT) | VA_LOCKED | ((arg & 1) ? VA_ONFAULT : 0));
 	case OP_MUNLOCK: return v & ~(unsigned)(VA_LOCKED | VA_ONFAULT);
 	case OP_MSEAL: return v | VA_SEALED;
 	case OP_MADVISE: break;
@@ -351,6 +468,139 @@ static unsigned attrs_after(unsigned v, int op, long arg)
 	}
 }
 
+/* Pages [x, e) of the served mapping at head (tag t) are given the anon_vma
+ * state `anon` (VA_NOANON or an id). */
+static void set_anon(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t x, uintptr_t e,
+		     unsigned anon)
+{
+	if (x == head) {
+		unsigned v = (unsigned)head_word(r, head);
+		vmap_set_head_hidden(r, head, (v & VA_NOACCT) | anon, true);
+		x += VMAP_PAGE;
+	}
+	if (!(t & VMAP_TAG_SEGS))
+		return;
+	const uint64_t mask = VA_NOANON | VA_ANON | VA_POPULATE;
+	for (struct vmap_pte *q = vmap_pte_of(r, x); x < e; x += VMAP_PAGE, q++)
+		q->page_attr = (q->page_attr & ~mask) | anon;
+}
+
+/* The anon_vma a VMA of flags v at [x, y) gets at its first write fault:
+ * that of its next or previous neighbour in the mapping if their flags
+ * differ at most in protection (anon_vma_compatible), else a new one (an id
+ * no page of the mapping has; the last one when all 16 are taken). */
+static unsigned new_anon(struct vmap_region *r, uintptr_t head, uint64_t t, uintptr_t end,
+			 uintptr_t x, uintptr_t y, unsigned v)
+{
+	const unsigned like = (VA_FLAGS & ~(unsigned)VA_PROT) | VA_PGOFF;
+	if (y < end) {
+		unsigned n = vmap_attrs_at(r, head, t, y);
+		if (!(n & VA_NOANON) && !((n ^ v) & like))
+			return anon_of(n);
+	}
+	if (x > head) {
+		unsigned n = vmap_attrs_at(r, head, t, x - VMAP_PAGE);
+		if (!(n & VA_NOANON) && !((n ^ v) & like))
+			return anon_of(n);
+	}
+	unsigned used = 0;
+	for (uintptr_t z = head; z < end; z += VMAP_PAGE) {
+		unsigned n = vmap_attrs_at(r, head, t, z);
+		if (!(n & VA_NOANON))
+			used |= 1u << ((n & VA_ANON) >> VA_ANON_SHIFT);
+	}
+	unsigned id = 0;
+	while (id < 15 && (used & (1u << id)))
+		id++;
+	return id << VA_ANON_SHIFT;
+}
+
+/*
+ * The VMAs from the one holding page a - 1 to the one holding page e (after
+ * a change that may have merged some) each take the anon_vma one of their
+ * parts has (the merge checked that they agree), or, with none, a new one if
+ * a page of them was populated (VA_POPULATE).  Only in mappings with hidden
+ * state.
+ */
+static void settle_anon(struct vmap_region *r, uintptr_t head, uintptr_t a, uintptr_t e)
+{
+	if (!vmap_has_hidden(r, head))
+		return;
+	uint64_t t = __atomic_load_n(&vmap_pte_of(r, head)->tag, __ATOMIC_ACQUIRE);
+	uintptr_t end = head + (vmap_tag_pages(t) << VMAP_PAGE_SHIFT);
+	if (e > end)
+		return; /* (a race of the program's) */
+	if (!(t & VMAP_TAG_SEGS)) {
+		unsigned v = vmap_attrs_at(r, head, t, head);
+		if (v & VA_POPULATE)
+			set_anon(r, head, t, head, end, 0);
+		return;
+	}
+	uintptr_t lo = a > head ? a - VMAP_PAGE : a, hi = e;
+	while (lo > head && VA_KEY(vmap_attrs_at(r, head, t, lo - VMAP_PAGE)) ==
+				    VA_KEY(vmap_attrs_at(r, head, t, lo)))
+		lo -= VMAP_PAGE;
+	while (hi < end && VA_KEY(vmap_attrs_at(r, head, t, hi)) ==
+				   VA_KEY(vmap_attrs_at(r, head, t, hi - VMAP_PAGE)))
+		hi += VMAP_PAGE;
+	for (uintptr_t x = lo, y; x < hi; x = y) {
+		unsigned v = vmap_attrs_at(r, head, t, x), k = VA_KEY(v);
+		unsigned anon = VA_NOANON, pop = 0, same = 1;
+		for (y = x; y < hi; y += VMAP_PAGE) {
+			unsigned w = vmap_attrs_at(r, head, t, y);
+			if (VA_KEY(w) != k)
+				break;
+			if (!(w & VA_NOANON))
+				anon = anon_of(w);
+			pop |= w & VA_POPULATE;
+			same &= anon_of(w) == anon_of(v) && !(w & VA_POPULATE);
+		}
+		if ((anon & VA_NOANON) && pop)
+			anon = new_anon(r, head, t, end, x, y, v);
+		if (!same || anon != anon_of(v))
+			set_anon(r, head, t, x, y, anon);
+	}
+}
+
+/* mremap grew the served mapping at head, whose last page is x: the kernel
+ * populates the new pages of a locked VMA, which then has an anon_vma if it
+ * is writable. */
+void vmap_populated(struct vmap_region *r, uintptr_t head, uintptr_t x)
+{
+	uint64_t t = __atomic_load_n(&vmap_pte_of(r, head)->tag, __ATOMIC_ACQUIRE);
+	unsigned v = vmap_attrs_at(r, head, t, x);
+	if (!vmap_has_hidden(r, head) || populated(v) == v)
+		return;
+	if (x == head || !(t & VMAP_TAG_SEGS))
+		vmap_set_head_hidden(r, head, (unsigned)head_word(r, head) | VA_POPULATE, true);
+	else
+		vmap_pte_of(r, x)->page_attr |= VA_POPULATE;
+	settle_anon(r, head, x, x + VMAP_PAGE);
+}
+
+/*
+ * The program moved pages [x, e) of the served mapping at head out with
+ * MREMAP_DONTUNMAP.  If they were a whole VMA, the kernel unlinked its
+ * anon_vma (the pages are gone); of part of one, it kept it.
+ */
+void vmap_emptied(struct vmap_region *r, uintptr_t head, uintptr_t x, uintptr_t e)
+{
+	struct vmap_pte *h = vmap_pte_of(r, head);
+	uint64_t t = __atomic_load_n(&h->tag, __ATOMIC_ACQUIRE);
+	uintptr_t end = head + (vmap_tag_pages(t) << VMAP_PAGE_SHIFT);
+	if (vmap_tag_state(t) != VMAP_ST_LIVE || e > end || !head_word_ours(h))
+		return;
+	if (x > head && VA_KEY(vmap_attrs_at(r, head, t, x - VMAP_PAGE)) ==
+				VA_KEY(vmap_attrs_at(r, head, t, x)))
+		return;
+	if (e < end && VA_KEY(vmap_attrs_at(r, head, t, e)) ==
+			       VA_KEY(vmap_attrs_at(r, head, t, e - VMAP_PAGE)))
+		return;
+	tag_attrs(h, 0, VMAP_TAG_ATTR); /* (reset before reuse) */
+	vmap_set_head_hidden(r, head, vmap_attrs_at(r, head, t, head), true);
+	set_anon(r, head, t, x, e, VA_NOANON);
+}
+
 /*
  * Pages [a, e) of the served mapping at head (tag t, split: VMAP_TAG_SEGS)
  * take the attributes `op` gives them, and the labels after a - 1 are set so
@@ -358,33 +608,43 @@ static unsigned attrs_after(unsigned v, int op, long arg)
  * there is one if the attributes differ (the changed VMAs merge with equal
  * neighbours); elsewhere, and everywhere when `keep` (flags changed without a
  * merge), the boundaries are as they were.  Labels right of e are flipped as
- * far as that keeps the boundaries there.
+ * far as that keeps the boundaries there.  The hidden state follows
+ * (settle_anon).
  */
 void vmap_relabel(struct vmap_region *r, uintptr_t head, uintptr_t end, uint64_t t, uintptr_t a,
 		  uintptr_t e, int op, long arg, bool keep)
 {
 	uintptr_t x = a;
 	unsigned oprev, nprev; /* page x - 1 before and after */
-	bool cprev = false;    /* did its attributes change? */
+	unsigned run;	       /* the anon_vma of the VMA it ends up in */
+	bool cprev = false;    /* did its flags change? */
 	if (x == head) {
-		oprev = head_attrs(t);
+		oprev = vmap_attrs_at(r, head, t, head);
 		nprev = attrs_after(oprev, op, arg);
-		cprev = nprev != oprev;
-		if (cprev)
+		cprev = (nprev & VA_FLAGS) != (oprev & VA_FLAGS);
+		if (VA_PUB(nprev) != VA_PUB(oprev))
 			tag_attrs(vmap_pte_of(r, head), VMAP_TAG_VMA, attrs_bits(nprev));
+		if (nprev != oprev)
+			vmap_set_head_hidden(r, head, nprev, vmap_has_hidden(r, head));
 		x += VMAP_PAGE;
 	} else {
 		oprev = nprev = vmap_attrs_at(r, head, t, x - VMAP_PAGE);
 	}
+	run = anon_of(nprev);
 	for (struct vmap_pte *q = vmap_pte_of(r, x); x < end; x += VMAP_PAGE, q++) {
-		unsigned o = ((unsigned)q->page_attr & (VA_BITS | VA_APART)) ^ VA_FRESH;
-		unsigned pub = x < e ? VA_PUB(attrs_after(o, op, arg)) : VA_PUB(o);
-		bool c = pub != VA_PUB(o);
-		bool bound = !keep && (c || cprev) ? pub != VA_PUB(nprev) : o != oprev;
-		unsigned label = pub != VA_PUB(nprev) ? o & VA_APART /* (free) */
-				 : bound	       ? (nprev & VA_APART) ^ VA_APART
-						       : nprev & VA_APART;
-		unsigned n = pub | label;
+		unsigned o = ((unsigned)q->page_attr & (VA_BITS | VA_APART | VA_HIDDEN)) ^ VA_FRESH;
+		unsigned na = x < e ? attrs_after(o, op, arg) : o;
+		unsigned flags = na & VA_FLAGS;
+		bool c = flags != (o & VA_FLAGS);
+		bool bound = !keep && (c || cprev)
+				     ? flags != (nprev & VA_FLAGS) || !anon_compat(na, run) ||
+					       ((na ^ nprev) & VA_PGOFF)
+				     : VA_KEY(o) != VA_KEY(oprev);
+		unsigned label = flags != (nprev & VA_FLAGS) ? o & VA_APART /* (free) */
+				 : bound ? (nprev & VA_APART) ^ VA_APART
+					 : nprev & VA_APART;
+		unsigned n = flags | label | (na & (VA_NOANON | VA_ANON | VA_POPULATE | VA_PGOFF));
+		run = bound || (run & VA_NOANON) ? anon_of(n) : run;
 		if (x >= e && n == o)
 			break; /* the rest is as it was */
 		q->page_attr = VMAP_PTE_SEG | (n ^ VA_FRESH);
@@ -392,6 +652,7 @@ void vmap_relabel(struct vmap_region *r, uintptr_t head, uintptr_t end, uint64_t
 		nprev = n;
 		cprev = c;
 	}
+	settle_anon(r, head, a, x < end ? x + VMAP_PAGE : end);
 }
 
 /* The kernel changed the attributes of [a, e) of the served mapping p as the
@@ -404,11 +665,16 @@ void vmap_record_attrs(struct vmap_region *r, struct piece *p, uintptr_t a, uint
 	if ((t ^ p->tag) & ~(VMAP_TAG_VMA | VMAP_TAG_SEGS | VMAP_TAG_ATTR))
 		return; /* cut or grown meanwhile by another thread: a race of the program's */
 	if (!(t & VMAP_TAG_SEGS)) {
-		unsigned v = head_attrs(t), nv = attrs_after(v, ap->op, ap->arg);
-		if (nv == v)
-			return; /* no change: no split either */
-		if (a == p->head && e == p->end) {
-			tag_attrs(h, VMAP_TAG_VMA, attrs_bits(nv));
+		unsigned v = vmap_attrs_at(r, p->head, t, p->head), nv = attrs_after(v, ap->op, ap->arg);
+		bool whole = (nv & VA_FLAGS) == (v & VA_FLAGS) || (a == p->head && e == p->end);
+		if (whole) {
+			/* One VMA still (its hidden state may change: populated). */
+			if (VA_PUB(nv) != VA_PUB(v))
+				tag_attrs(h, VMAP_TAG_VMA, attrs_bits(nv));
+			if (nv != v) {
+				vmap_set_head_hidden(r, p->head, nv, vmap_has_hidden(r, p->head));
+				settle_anon(r, p->head, p->head, p->end);
+			}
 			return;
 		}
 		/* Part of the mapping changes: the kernel splits it.  Every other

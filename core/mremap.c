@@ -92,6 +92,7 @@ static bool grow_in_place(struct vmap_region *r, struct piece *p, uint64_t extra
 		return false;
 	}
 	vmap_realize_attrs(end, bytes, last);
+	vmap_populated(r, p->head, end + bytes - VMAP_PAGE);
 	count(VMAP_STAT_mmap_bytes_in_use, (int64_t)bytes);
 	if (__builtin_expect(vmap_profile_on, 0))
 		vmap_observe.mmap_grow(p->head, bytes);
@@ -180,6 +181,7 @@ static bool carve_at(uintptr_t d, size_t len)
 			vmap_run_set_locked(s, r, e, (run[i].end - e) >> VMAP_PAGE_SHIFT, state, false,
 					    run[i].stamp);
 	}
+	vmap_clear_hidden(r, d);
 	__atomic_store_n(&vmap_pte_of(r, d)->tag,
 			 vmap_tag_make(VMAP_ST_LIVE, s->id, len >> VMAP_PAGE_SHIFT, VMAP_TAG_MMAP),
 			 __ATOMIC_RELEASE);
@@ -251,10 +253,11 @@ static void unlock_vmas(struct vmap_region *r, uintptr_t head, uintptr_t x, uint
 {
 	struct piece p = vmap_piece_at(head);
 	uint64_t t = p.tag;
-	unsigned vx = vmap_attrs_at(r, head, t, x), ve = vmap_attrs_at(r, head, t, e - VMAP_PAGE);
-	while (x > head && vmap_attrs_at(r, head, t, x - VMAP_PAGE) == vx)
+	unsigned vx = VA_KEY(vmap_attrs_at(r, head, t, x));
+	unsigned ve = VA_KEY(vmap_attrs_at(r, head, t, e - VMAP_PAGE));
+	while (x > head && VA_KEY(vmap_attrs_at(r, head, t, x - VMAP_PAGE)) == vx)
 		x -= VMAP_PAGE;
-	while (e < p.end && vmap_attrs_at(r, head, t, e) == ve)
+	while (e < p.end && VA_KEY(vmap_attrs_at(r, head, t, e)) == ve)
 		e += VMAP_PAGE;
 	struct apply ap = {OP_MUNLOCK, 0, NULL, x, false, false, 0};
 	if (vmap_kernel_op(&ap, x, e - x) != 0)
@@ -543,6 +546,9 @@ static void *finish(struct remap *m)
 	 * are given them. */
 	vmap_inherit_attrs(r, m->st, head, a, m->moved, (uintptr_t)m->q, m->nl,
 			   m->copied ? 0 : m->moved);
+	struct vmap_region *rq = m->from_kernel ? NULL : vmap_region_of((uintptr_t)m->q);
+	if (rq && m->nl > m->moved)
+		vmap_populated(rq, (uintptr_t)m->q, (uintptr_t)m->q + m->nl - VMAP_PAGE);
 	if (!(m->flags & MREMAP_DONTUNMAP)) {
 		struct piece cur = vmap_piece_at(a);
 		vmap_cut_mapped(r, &cur, a, a + m->ol);
@@ -559,6 +565,8 @@ static void *finish(struct remap *m)
 			vmap_realize_range(r, head, t, a, a + m->moved);
 		}
 	}
+	if (m->flags & MREMAP_DONTUNMAP)
+		vmap_emptied(r, head, a, a + m->moved);
 	return m->q;
 }
 
