@@ -300,6 +300,11 @@ static void reinsert(unsigned n, int advice)
 									   : VMAP_RUN_ADVISED;
 		uintptr_t run = vmap_free_insert_locked(s, victims[i].a, victims[i].pages, state,
 							victims[i].tag & VMAP_TAG_BIG, 0);
+		/* Whole 2 MiB spans the victim completes lose their page tables
+		 * (vm.c): fork would copy them, empty. */
+		if (state == VMAP_RUN_ZERO)
+			vmap_zero_spans_locked(run, victims[i].a,
+					       victims[i].a + (victims[i].pages << VMAP_PAGE_SHIFT));
 		/* A chunk purged whole is worth more to every shard than to this
 		 * one: after a program frees everything, another CPU may need it
 		 *. */

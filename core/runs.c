@@ -9,15 +9,15 @@
  *    therefore fail the O(1) check in free().
  *  - Free runs merge only with runs of the same shard and kind (small/big),
  *    and of the same state; zero and guarded runs merge into guarded.
+ *  - A guarded run made of more than one piece is one PROT_NONE mapping
+ *    (vmap_guard_whole): it cuts at most two VMAs out of the arena's, which
+ *    is what vmap_none_vmas counts for it.
  */
 #include "range_impl.h"
 
 /* ---- free runs (shard lock held) -------------------------------------- */
 
 int vmap_protected_runs; /* free runs filed PROTECTED: each may split the arena VMA */
-
-
-
 
 static inline uint64_t state_flags(unsigned state)
 {
@@ -71,6 +71,8 @@ void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t 
 		cached_add(s, pages << VMAP_PAGE_SHIFT);
 	if (state == VMAP_RUN_PROTECTED)
 		__atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
+	if (state == VMAP_RUN_GUARDED)
+		__atomic_add_fetch(&vmap_none_vmas, 2, __ATOMIC_RELAXED);
 }
 
 /* Unfiles a free run and clears its tags. */
@@ -89,6 +91,8 @@ void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 		cached_add(s, -(pages << VMAP_PAGE_SHIFT));
 	if (state == VMAP_RUN_PROTECTED)
 		__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
+	if (state == VMAP_RUN_GUARDED)
+		__atomic_sub_fetch(&vmap_none_vmas, 2, __ATOMIC_RELAXED);
 }
 
 
@@ -110,6 +114,7 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
 	struct vmap_region *r = vmap_region_of(start);
 	struct vmap_pte *e = vmap_pte_of(r, start);
+	const uint64_t inserted = pages;
 	/* Atomic: another shard's insert may read it as its run's right
 	 * neighbour (never mergeable: another shard's). */
 	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
@@ -140,6 +145,8 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 		}
 	}
 	vmap_run_set_locked(s, r, start, pages, state, big, now);
+	if (state == VMAP_RUN_GUARDED && pages != inserted)
+		vmap_guard_whole(start, pages << VMAP_PAGE_SHIFT);
 	return start;
 }
 
