@@ -211,9 +211,6 @@ extern int vmap_protected_runs;
  * within the VMA budget unless `counted` (the pages are PROT_NONE already:
  * a lazily unmapped run). 0, or -errno: nothing changed. */
 int vmap_guard_none(uintptr_t a, size_t len, bool counted);
-/* Makes the guarded run [a, a+len), pieces merged under the shard lock, one
- * PROT_NONE mapping (vm.c): its pieces' VMAs and its page tables go. */
-void vmap_guard_whole(uintptr_t a, size_t len);
 /* Drops the page tables under the whole 2 MiB spans of the zero run at
  * `run` that [a, e) reaches into: they are mapped afresh (shard lock held). */
 void vmap_zero_spans_locked(uintptr_t run, uintptr_t a, uintptr_t e);

@@ -10,14 +10,17 @@
  *  - Free runs merge only with runs of the same shard and kind (small/big),
  *    and of the same state; zero and guarded runs merge into guarded.
  *  - A guarded run made of more than one piece is one PROT_NONE mapping
- *    (vmap_guard_whole): it cuts at most two VMAs out of the arena's, which
- *    is what vmap_none_vmas counts for it.
+ *    (guard_whole; or, where the kernel refused, pages that fault all the
+ *    same): it cuts at most two VMAs out of the arena's, which is what
+ *    vmap_none_vmas counts for it (vm.c says why).
  */
 #include "range_impl.h"
 
 /* ---- free runs (shard lock held) -------------------------------------- */
 
 int vmap_protected_runs; /* free runs filed PROTECTED: each may split the arena VMA */
+uint64_t vmap_none_vmas;  /* two per guarded run */
+bool vmap_none_made;      /* some guarded pages are PROT_NONE mappings, not markers */
 
 static inline uint64_t state_flags(unsigned state)
 {
@@ -96,6 +99,20 @@ void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 }
 
 
+/* A guarded run that merged pieces or zero runs, made one PROT_NONE mapping:
+ * its pieces' VMAs, markers and page tables go with the old mappings.  The
+ * run is free and the shard lock held: nobody maps or carves it meanwhile
+ * (the one system call made in this file).  On failure (ENOMEM at
+ * vm.max_map_count) it stays as it was, every page faulting all the same:
+ * vmap_unguard clears markers and PROT_NONE alike. */
+static void guard_whole(uintptr_t a, uint64_t pages)
+{
+	void *m = vmap_os_mmap((void *)a, (size_t)pages << VMAP_PAGE_SHIFT, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (!vmap_os_is_err(m))
+		__atomic_store_n(&vmap_none_made, true, __ATOMIC_RELAXED);
+}
+
 static unsigned merged_state(unsigned a, unsigned b)
 {
 	return a == b ? a : VMAP_RUN_GUARDED;
@@ -108,6 +125,12 @@ bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state)
 	       states_merge(vmap_tag_run_state(t), state);
 }
 
+/* Files [start, start+pages) as a free run in `state`, merged with the free
+ * runs around it; returns the merged run's start.
+ *
+ *   before:  [ run | inserted | run ]     (mergeable neighbours)
+ *   after:   [          run          ]    (guarded: one PROT_NONE mapping)
+ */
 uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
 				  unsigned state, bool big, uint64_t now)
 {
@@ -146,7 +169,7 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 	}
 	vmap_run_set_locked(s, r, start, pages, state, big, now);
 	if (state == VMAP_RUN_GUARDED && pages != inserted)
-		vmap_guard_whole(start, pages << VMAP_PAGE_SHIFT);
+		guard_whole(start, pages);
 	return start;
 }
 

@@ -5,11 +5,9 @@
  * the PROT_NONE mappings of guarded runs and their VMA budget; the page
  * tables of purged zero runs.
  *
- * Invariants: a guarded run of more than one piece is one PROT_NONE mapping
- * (or, where the kernel refused, pages that fault all the same); every page
- * of a guarded run faults until vmap_unguard.  Calls named _locked, and
- * vmap_guard_whole, run under the run's shard lock (rank 1): they map over
- * free pages that nobody may carve meanwhile; the rest holds no lock.
+ * Invariant: every page of a guarded run faults until vmap_unguard.  Calls
+ * named _locked run under the run's shard lock (rank 1): they map over free
+ * pages that nobody may carve meanwhile; the rest holds no lock.
  */
 #include "range_impl.h"
 
@@ -90,7 +88,7 @@ int vmap_unguard(uintptr_t a, uint64_t pages)
  * over the pages faults the same way, drops them and the page tables under
  * it, and fork copies nothing of it (no anonymous pages).  A guarded run
  * that merges pieces or zero runs is mapped PROT_NONE whole
- * (vmap_guard_whole): one VMA, however many pieces went into it, so that
+ * (runs.c, guard_whole): one VMA, however many pieces went into it, so that
  * each guarded run cuts at most two VMAs out of the arena's.  runs.c counts
  * two per guarded run in vmap_none_vmas, an upper bound that falls when a
  * run is carved or merged; the pieces share a third of the VMA budget with
@@ -104,8 +102,6 @@ int vmap_unguard(uintptr_t a, uint64_t pages)
  *   pieces:  [ live |NONE|  zero  |NONE| live ]     up to four cuts
  *   merged:  [ live |        NONE       | live ]     two
  */
-uint64_t vmap_none_vmas;
-bool vmap_none_made;
 static uint64_t none_counted_ns;
 
 static bool none_fits(void)
@@ -138,14 +134,6 @@ int vmap_guard_none(uintptr_t a, size_t len, bool counted)
 	if (!counted && !none_fits())
 		return -ENOMEM;
 	return map_none(a, len);
-}
-
-/* Under the shard lock: the run is free, nobody else maps or carves it.  On
- * failure (ENOMEM at vm.max_map_count) it stays as it was, every page of it
- * faulting: vmap_unguard clears markers and PROT_NONE alike. */
-void vmap_guard_whole(uintptr_t a, size_t len)
-{
-	map_none(a, len);
 }
 
 /*
