@@ -300,16 +300,18 @@ static void reinsert(unsigned n, int advice)
 									   : VMAP_RUN_ADVISED;
 		uintptr_t run = vmap_free_insert_locked(s, victims[i].a, victims[i].pages, state,
 							victims[i].tag & VMAP_TAG_BIG, 0);
-		/* Whole 2 MiB spans the victim completes lose their page tables
-		 * (vm.c): fork would copy them, empty. */
-		if (state == VMAP_RUN_ZERO)
-			vmap_zero_spans_locked(run, victims[i].a,
-					       victims[i].a + (victims[i].pages << VMAP_PAGE_SHIFT));
+		uint64_t merged = vmap_pte_of(vmap_region_of(run), run)->tag;
 		/* A chunk purged whole is worth more to every shard than to this
 		 * one: after a program frees everything, another CPU may need it
 		 *. */
 		if (state != VMAP_RUN_ADVISED)
 			vmap_chunks_give_back_locked(s, run);
+		/* Whole 2 MiB spans the victim completes lose their page tables
+		 * (vm.c): fork would copy them, empty.  Not when chunks went back:
+		 * that mapped them afresh already. */
+		if (state == VMAP_RUN_ZERO && vmap_pte_of(vmap_region_of(run), run)->tag == merged)
+			vmap_zero_spans_locked(run, victims[i].a,
+					       victims[i].a + (victims[i].pages << VMAP_PAGE_SHIFT));
 	}
 	if (s)
 		vmap_shard_unlock(s);

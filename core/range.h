@@ -214,6 +214,9 @@ int vmap_guard_none(uintptr_t a, size_t len, bool counted);
 /* Drops the page tables under the whole 2 MiB spans of the zero run at
  * `run` that [a, e) reaches into: they are mapped afresh (shard lock held). */
 void vmap_zero_spans_locked(uintptr_t run, uintptr_t a, uintptr_t e);
+/* Drops the records of the free run at `run` for its pages in [a, e) but
+ * its head and tail, whole pages of them (runs.c; shard lock held). */
+void vmap_run_drop_records_locked(uintptr_t run, uintptr_t a, uintptr_t e);
 extern uint64_t vmap_none_vmas; /* VMAs guarded runs may cut: two each (runs.c) */
 extern bool vmap_none_made;
 /* Carves `pages` pages (all of them usable when tag has VMAP_TAG_MMAP) with

@@ -99,18 +99,45 @@ void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 }
 
 
+/*
+ * The records of a free run's interior pages hold nothing (tag 0, stale
+ * links): whole pages of them that the pages [a, e) of the run at `run`
+ * cover are dropped (MADV_DONTNEED; they read zero again, which is what
+ * an interior record's tag is).  Fork copies every resident page of the
+ * records: freed address space that keeps them, hundreds of pages for a
+ * CPython whose arenas came and went over 100 MiB, costs each fork as
+ * much as live memory.  The run's head and tail records stay.
+ */
+void vmap_run_drop_records_locked(uintptr_t run, uintptr_t a, uintptr_t e)
+{
+	struct vmap_region *r = vmap_region_of(run);
+	struct vmap_pte *h = vmap_pte_of(r, run);
+	uint64_t pages = vmap_tag_pages(h->tag);
+	struct vmap_pte *first = vmap_pte_of(r, a), *last = vmap_pte_of(r, e);
+	if (first < h + 1)
+		first = h + 1;
+	if (last > h + pages - 1)
+		last = h + pages - 1; /* the tail's record, kept */
+	uintptr_t lo = ((uintptr_t)first + VMAP_PAGE - 1) & ~(uintptr_t)(VMAP_PAGE - 1);
+	uintptr_t hi = (uintptr_t)last & ~(uintptr_t)(VMAP_PAGE - 1);
+	if (hi > lo)
+		vmap_os_madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 /* A guarded run that merged pieces or zero runs, made one PROT_NONE mapping:
  * its pieces' VMAs, markers and page tables go with the old mappings.  The
  * run is free and the shard lock held: nobody maps or carves it meanwhile
- * (the one system call made in this file).  On failure (ENOMEM at
+ * (with the records' drop, the system calls made in this file).  On failure (ENOMEM at
  * vm.max_map_count) it stays as it was, every page faulting all the same:
  * vmap_unguard clears markers and PROT_NONE alike. */
 static void guard_whole(uintptr_t a, uint64_t pages)
 {
 	void *m = vmap_os_mmap((void *)a, (size_t)pages << VMAP_PAGE_SHIFT, PROT_NONE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-	if (!vmap_os_is_err(m))
-		__atomic_store_n(&vmap_none_made, true, __ATOMIC_RELAXED);
+	if (vmap_os_is_err(m))
+		return;
+	__atomic_store_n(&vmap_none_made, true, __ATOMIC_RELAXED);
+	vmap_run_drop_records_locked(a, a, a + ((uintptr_t)pages << VMAP_PAGE_SHIFT));
 }
 
 static unsigned merged_state(unsigned a, unsigned b)
@@ -168,7 +195,7 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 		}
 	}
 	vmap_run_set_locked(s, r, start, pages, state, big, now);
-	if (state == VMAP_RUN_GUARDED && pages != inserted)
+	if (state == VMAP_RUN_GUARDED && pages != inserted) /* (after the set: reads the tag) */
 		guard_whole(start, pages);
 	return start;
 }

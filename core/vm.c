@@ -144,7 +144,7 @@ int vmap_guard_none(uintptr_t a, size_t len, bool counted)
  * its 512 entries) and every child's exit frees them.  So when a purged
  * area completes whole 2 MiB spans of the zero run it merges into, those
  * spans are mapped afresh, read-write as the arena around them (merging
- * with its VMA): their tables go.  Only spans the area reaches into, which
+ * with its VMA): their tables go, and so do their records (runs.c).  Only spans the area reaches into, which
  * had pages resident: the rest of a zero run never faulted, or was dropped
  * whole already.  Under the shard lock (the run is free: nobody carves it
  * meanwhile), one call per purged area that completes a span.
@@ -163,6 +163,6 @@ void vmap_zero_spans_locked(uintptr_t run, uintptr_t a, uintptr_t e)
 		lo = (run + span - 1) & ~(span - 1);
 	if (hi > end)
 		hi = end & ~(span - 1);
-	if (lo < hi)
-		vmap_map_fresh_arena(lo, hi - lo);
+	if (lo < hi && vmap_map_fresh_arena(lo, hi - lo) == 0)
+		vmap_run_drop_records_locked(run, lo, hi);
 }
