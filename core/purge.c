@@ -28,7 +28,9 @@
  * carry their guard page, so neighbours are contiguous) and released with one
  * process_madvise(PIDFD_SELF, iov[], MADV_DONTNEED) per 1024 runs where the
  * kernel supports it, one madvise() per run otherwise.  Finally each victim is
- * merged into its shard's free runs (known zero after MADV_DONTNEED).
+ * merged into its shard's free runs (known zero after MADV_DONTNEED), and the
+ * whole 2 MiB spans of its zero run that it completes are mapped afresh under
+ * the shard lock, their page tables and records dropped (vm.c).
  *
  * Owns: the purge lock (rank PURGE; trylock, so at most one purger and nobody
  * waits for it except malloc_trim and fork), the victim and iovec buffers it
