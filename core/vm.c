@@ -144,9 +144,9 @@ int vmap_guard_none(uintptr_t a, size_t len, bool counted)
  * its 512 entries) and every child's exit frees them.  So when a purged
  * area completes whole 2 MiB spans of the zero run it merges into, those
  * spans are mapped afresh, read-write as the arena around them (merging
- * with its VMA): their tables go, and so do their records (runs.c).  Only spans the area reaches into, which
- * had pages resident: the rest of a zero run never faulted, or was dropped
- * whole already.  Under the shard lock (the run is free: nobody carves it
+ * with its VMA): their tables go, and so do their records (runs.c).  Only
+ * spans the area reaches into, which had pages resident: the rest of a zero
+ * run never faulted, or was dropped whole already.  Under the shard lock (the run is free: nobody carves it
  * meanwhile), one call per purged area that completes a span.
  *
  *   run:     [ zero  |   span   |   span   | zero ]
