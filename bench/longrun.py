@@ -11,6 +11,9 @@ first one rotated, before repetition r + 1), and the table gives the median of
   maps end      the workload's own count right before it exits
   fork+wait µs  mean fork() + waitpid() of a child that only exits (python,
                 fork1g): fork copies one VMA per mapping and the page tables
+  tables KiB    VmPTE right after the forks (python): the page tables, which
+                fork copies under every mapping with anonymous pages, empty
+                or not; unlike the time, it does not depend on the machine's load
   peak RSS MB   VmHWM (not ru_maxrss, which fork and exec carry over)
   RSS end MB    VmRSS right before it exits: what is still held
   wall s        start to exit, as the driver sees it
@@ -21,7 +24,7 @@ ratio to the best (lowest) of the other four (x1.35: 35% more).
 How: the driver starts a workload with subprocess.Popen and a sampler thread
 reads the line count of /proc/PID/maps (and VmRSS of /proc/PID/status) every
 2 ms until the process exits.  The workload reports its own end figures
-(mappings, VmRSS, VmHWM; fork_us) in one key=value line on stdout right
+(mappings, VmRSS, VmHWM; fork_us, VmPTE) in one key=value line on stdout right
 before it exits; the peak is the larger of the sampler's maximum and that
 end count.  The other keys of the line are results, which must be the same
 under every allocator (the script exits non-zero if not).  The sampler also
@@ -79,12 +82,13 @@ REDIS = "/usr/bin/redis-server"
 SAMPLE_S = 0.002                   # the sampler's period
 
 # The end line's keys that are figures; every other key is a result.
-END_KEYS = ("maps", "rss_kib", "hwm_kib", "fork_us")
+END_KEYS = ("maps", "rss_kib", "hwm_kib", "fork_us", "pte_kib")
 
 # Table columns: (key, header, format).
 COLUMNS = [("maps_peak", "maps peak", "{:.0f}"),
            ("maps_end", "maps end", "{:.0f}"),
            ("fork_us", "fork+wait µs", "{:.0f}"),
+           ("pte_kib", "tables KiB", "{:.0f}"),
            ("rss_peak_mb", "peak RSS MB", "{:.1f}"),
            ("rss_end_mb", "RSS end MB", "{:.1f}"),
            ("wall_s", "wall s", "{:.2f}")]
@@ -256,6 +260,7 @@ class Watched:
             "maps_peak": max(self.sampler.maps_max, maps_end),
             "maps_end": maps_end,
             "fork_us": float(end["fork_us"]) if "fork_us" in end else None,
+            "pte_kib": int(end["pte_kib"]) if "pte_kib" in end else None,
             "rss_peak_mb": max(int(end["hwm_kib"]), self.sampler.rss_max_kib) / 1024,
             "rss_end_mb": int(end["rss_kib"]) / 1024,
             "wall_s": self.wall,
@@ -290,6 +295,8 @@ for _ in range(forks):
     if status != 0:
         sys.exit('child exited with status %d' % status)
 fork_us = (time.perf_counter() - t0) * 1e6 / forks
+with open('/proc/self/status') as f:   # the tables the forks copied
+    pte_kib = [int(ln.split()[1]) for ln in f if ln.startswith('VmPTE:')][0]
 
 # The end figures, read in 64 KiB pieces (a maps file can be megabytes).
 maps = 0
@@ -306,8 +313,8 @@ with open('/proc/self/status') as f:
         key, _, val = line.partition(':')
         if key in ('VmRSS', 'VmHWM'):
             kib[key] = int(val.split()[0])
-print('rounds=%d forks=%d json_bytes=%d fork_us=%.1f maps=%d rss_kib=%d hwm_kib=%d'
-      % (rounds, forks, total, fork_us, maps, kib['VmRSS'], kib['VmHWM']), flush=True)
+print('rounds=%d forks=%d json_bytes=%d fork_us=%.1f pte_kib=%d maps=%d rss_kib=%d hwm_kib=%d'
+      % (rounds, forks, total, fork_us, pte_kib, maps, kib['VmRSS'], kib['VmHWM']), flush=True)
 """
 
 

@@ -28,7 +28,9 @@
  * carry their guard page, so neighbours are contiguous) and released with one
  * process_madvise(PIDFD_SELF, iov[], MADV_DONTNEED) per 1024 runs where the
  * kernel supports it, one madvise() per run otherwise.  Finally each victim is
- * merged into its shard's free runs (known zero after MADV_DONTNEED).
+ * merged into its shard's free runs (known zero after MADV_DONTNEED), and the
+ * whole 2 MiB spans of its zero run that it completes are mapped afresh under
+ * the shard lock, their page tables and records dropped (vm.c).
  *
  * Owns: the purge lock (rank PURGE; trylock, so at most one purger and nobody
  * waits for it except malloc_trim and fork), the victim and iovec buffers it
@@ -300,11 +302,18 @@ static void reinsert(unsigned n, int advice)
 									   : VMAP_RUN_ADVISED;
 		uintptr_t run = vmap_free_insert_locked(s, victims[i].a, victims[i].pages, state,
 							victims[i].tag & VMAP_TAG_BIG, 0);
+		uint64_t merged = vmap_pte_of(vmap_region_of(run), run)->tag;
 		/* A chunk purged whole is worth more to every shard than to this
 		 * one: after a program frees everything, another CPU may need it
 		 *. */
 		if (state != VMAP_RUN_ADVISED)
 			vmap_chunks_give_back_locked(s, run);
+		/* Whole 2 MiB spans the victim completes lose their page tables
+		 * (vm.c): fork would copy them, empty.  Not when chunks went back:
+		 * that mapped them afresh already. */
+		if (state == VMAP_RUN_ZERO && vmap_pte_of(vmap_region_of(run), run)->tag == merged)
+			vmap_zero_spans_locked(run, victims[i].a,
+					       victims[i].a + (victims[i].pages << VMAP_PAGE_SHIFT));
 	}
 	if (s)
 		vmap_shard_unlock(s);

@@ -211,7 +211,13 @@ extern int vmap_protected_runs;
  * within the VMA budget unless `counted` (the pages are PROT_NONE already:
  * a lazily unmapped run). 0, or -errno: nothing changed. */
 int vmap_guard_none(uintptr_t a, size_t len, bool counted);
-extern uint64_t vmap_none_vmas; /* VMAs PROT_NONE pieces may have cut, an upper bound */
+/* Drops the page tables under the whole 2 MiB spans of the zero run at
+ * `run` that [a, e) reaches into: they are mapped afresh (shard lock held). */
+void vmap_zero_spans_locked(uintptr_t run, uintptr_t a, uintptr_t e);
+/* Drops the records of the free run at `run` for its pages in [a, e) but
+ * its head and tail, whole pages of them (runs.c; shard lock held). */
+void vmap_run_drop_records_locked(uintptr_t run, uintptr_t a, uintptr_t e);
+extern uint64_t vmap_none_vmas; /* VMAs guarded runs may cut: two each (runs.c) */
 extern bool vmap_none_made;
 /* Carves `pages` pages (all of them usable when tag has VMAP_TAG_MMAP) with
  * the shard lock held on entry; releases it.  *zero: contents known zero. */

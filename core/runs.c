@@ -9,15 +9,18 @@
  *    therefore fail the O(1) check in free().
  *  - Free runs merge only with runs of the same shard and kind (small/big),
  *    and of the same state; zero and guarded runs merge into guarded.
+ *  - A guarded run made of more than one piece is one PROT_NONE mapping
+ *    (guard_whole; or, where the kernel refused, pages that fault all the
+ *    same): it cuts at most two VMAs out of the arena's, which is what
+ *    vmap_none_vmas counts for it (vm.c says why).
  */
 #include "range_impl.h"
 
 /* ---- free runs (shard lock held) -------------------------------------- */
 
 int vmap_protected_runs; /* free runs filed PROTECTED: each may split the arena VMA */
-
-
-
+uint64_t vmap_none_vmas;  /* two per guarded run */
+bool vmap_none_made;      /* some guarded pages are PROT_NONE mappings, not markers */
 
 static inline uint64_t state_flags(unsigned state)
 {
@@ -71,6 +74,8 @@ void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t 
 		cached_add(s, pages << VMAP_PAGE_SHIFT);
 	if (state == VMAP_RUN_PROTECTED)
 		__atomic_add_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
+	if (state == VMAP_RUN_GUARDED)
+		__atomic_add_fetch(&vmap_none_vmas, 2, __ATOMIC_RELAXED);
 }
 
 /* Unfiles a free run and clears its tags. */
@@ -89,8 +94,51 @@ void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t)
 		cached_add(s, -(pages << VMAP_PAGE_SHIFT));
 	if (state == VMAP_RUN_PROTECTED)
 		__atomic_sub_fetch(&vmap_protected_runs, 1, __ATOMIC_RELAXED);
+	if (state == VMAP_RUN_GUARDED)
+		__atomic_sub_fetch(&vmap_none_vmas, 2, __ATOMIC_RELAXED);
 }
 
+
+/*
+ * The records of a free run's interior pages hold nothing (tag 0, stale
+ * links): whole pages of them that the pages [a, e) of the run at `run`
+ * cover are dropped (MADV_DONTNEED; they read zero again, which is what
+ * an interior record's tag is).  Fork copies every resident page of the
+ * records: freed address space that keeps them, hundreds of pages for a
+ * CPython whose arenas came and went over 100 MiB, costs each fork as
+ * much as live memory.  The run's head and tail records stay.
+ */
+void vmap_run_drop_records_locked(uintptr_t run, uintptr_t a, uintptr_t e)
+{
+	struct vmap_region *r = vmap_region_of(run);
+	struct vmap_pte *h = vmap_pte_of(r, run);
+	uint64_t pages = vmap_tag_pages(h->tag);
+	struct vmap_pte *first = vmap_pte_of(r, a), *last = vmap_pte_of(r, e);
+	if (first < h + 1)
+		first = h + 1;
+	if (last > h + pages - 1)
+		last = h + pages - 1; /* the tail's record, kept */
+	uintptr_t lo = ((uintptr_t)first + VMAP_PAGE - 1) & ~(uintptr_t)(VMAP_PAGE - 1);
+	uintptr_t hi = (uintptr_t)last & ~(uintptr_t)(VMAP_PAGE - 1);
+	if (hi > lo)
+		vmap_os_madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* A guarded run that merged pieces or zero runs, made one PROT_NONE mapping:
+ * its pieces' VMAs, markers and page tables go with the old mappings.  The
+ * run is free and the shard lock held: nobody maps or carves it meanwhile
+ * (with the records' drop, the system calls made in this file).  On failure (ENOMEM at
+ * vm.max_map_count) it stays as it was, every page faulting all the same:
+ * vmap_unguard clears markers and PROT_NONE alike. */
+static void guard_whole(uintptr_t a, uint64_t pages)
+{
+	void *m = vmap_os_mmap((void *)a, (size_t)pages << VMAP_PAGE_SHIFT, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (vmap_os_is_err(m))
+		return;
+	__atomic_store_n(&vmap_none_made, true, __ATOMIC_RELAXED);
+	vmap_run_drop_records_locked(a, a, a + ((uintptr_t)pages << VMAP_PAGE_SHIFT));
+}
 
 static unsigned merged_state(unsigned a, unsigned b)
 {
@@ -104,12 +152,19 @@ bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state)
 	       states_merge(vmap_tag_run_state(t), state);
 }
 
+/* Files [start, start+pages) as a free run in `state`, merged with the free
+ * runs around it; returns the merged run's start.
+ *
+ *   before:  [ run | inserted | run ]     (mergeable neighbours)
+ *   after:   [          run          ]    (guarded: one PROT_NONE mapping)
+ */
 uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
 				  unsigned state, bool big, uint64_t now)
 {
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
 	struct vmap_region *r = vmap_region_of(start);
 	struct vmap_pte *e = vmap_pte_of(r, start);
+	const uint64_t inserted = pages;
 	/* Atomic: another shard's insert may read it as its run's right
 	 * neighbour (never mergeable: another shard's). */
 	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
@@ -140,6 +195,8 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 		}
 	}
 	vmap_run_set_locked(s, r, start, pages, state, big, now);
+	if (state == VMAP_RUN_GUARDED && pages != inserted) /* (after the set: reads the tag) */
+		guard_whole(start, pages);
 	return start;
 }
 

@@ -1,7 +1,13 @@
 /*
  * vm.c — page-state changes of arena pages: the guard page of each area
  * (VMAPALLOC_GUARD=1), guard markers (MADV_GUARD_INSTALL, probed once; a
- * PROT_NONE mapping on kernels without them) and taking them off again.
+ * PROT_NONE mapping on kernels without them) and taking them off again;
+ * the PROT_NONE mappings of guarded runs and their VMA budget; the page
+ * tables of purged zero runs.
+ *
+ * Invariant: every page of a guarded run faults until vmap_unguard.  Calls
+ * named _locked run under the run's shard lock (rank 1): they map over free
+ * pages that nobody may carve meanwhile; the rest holds no lock.
  */
 #include "range_impl.h"
 
@@ -61,8 +67,14 @@ int vmap_unguard(uintptr_t a, uint64_t pages)
 	bool markers = vmap_guard_markers();
 	int rc = markers ? vmap_os_madvise((void *)a, len, MADV_GUARD_REMOVE) : 0;
 	/* Some guarded pages may be PROT_NONE pieces instead (below). */
-	if (!rc && (!markers || __atomic_load_n(&vmap_none_made, __ATOMIC_RELAXED)))
+	if (!rc && (!markers || __atomic_load_n(&vmap_none_made, __ATOMIC_RELAXED))) {
 		rc = vmap_os_mprotect((void *)a, len, PROT_READ | PROT_WRITE);
+		/* A fresh PROT_NONE mapping lost the chunk's MADV_HUGEPAGE: without
+		 * it the pages neither merge back into a big chunk's VMA nor get
+		 * huge pages. */
+		if (!rc)
+			vmap_arena_advise(a, len);
+	}
 	if (!rc)
 		return 0;
 	return vmap_os_map_fresh((void *)a, len);
@@ -71,20 +83,25 @@ int vmap_unguard(uintptr_t a, uint64_t pages)
 /*
  * PROT_NONE pieces.  Guard markers make unmapped pages fault without cutting
  * the arena's VMA, but each marker is a page-table entry that fork copies
- * one by one: 56 MiB of them (CPython's freed arenas) doubled the cost of
- * every fork.  A fresh PROT_NONE mapping over the pages faults the same way,
- * drops them and the page tables under them, and fork copies nothing of
- * it (no anonymous pages); adjacent pieces merge into one VMA, and a piece
- * made writable again merges back into the arena's.  Each costs up to two
- * VMAs, so they share a third of the VMA budget with the lazily unmapped
- * runs (two each); past it, markers.  vmap_none_vmas counts two per piece
- * made, an upper bound: when it reaches the share, the arena's VMAs are
- * counted again in /proc/self/maps (vmap_arena_recount), less
- * the moves' and the lazily unmapped runs'.  A guarded run may thus hold
- * markers and PROT_NONE pages both: vmap_unguard clears either.
+ * one by one, and the table that holds it stays: 56 MiB of them (CPython's
+ * freed arenas) doubled the cost of every fork.  A fresh PROT_NONE mapping
+ * over the pages faults the same way, drops them and the page tables under
+ * it, and fork copies nothing of it (no anonymous pages).  A guarded run
+ * that merges pieces or zero runs is mapped PROT_NONE whole
+ * (runs.c, guard_whole): one VMA, however many pieces went into it, so that
+ * each guarded run cuts at most two VMAs out of the arena's.  runs.c counts
+ * two per guarded run in vmap_none_vmas, an upper bound that falls when a
+ * run is carved or merged; the pieces share a third of the VMA budget with
+ * the lazily unmapped runs (two each), and past it they get markers.  A
+ * run of markers only counts too, cutting nothing: when the count says the
+ * share is full, the arena's VMAs are counted in /proc/self/maps (at most
+ * every 10 ms, vmap_arena_recount), less the moves' and the lazily
+ * unmapped runs', for a second opinion.  A guarded run may thus hold markers
+ * and PROT_NONE pages both: vmap_unguard clears either.
+ *
+ *   pieces:  [ live |NONE|  zero  |NONE| live ]     up to four cuts
+ *   merged:  [ live |        NONE       | live ]     two
  */
-uint64_t vmap_none_vmas;
-bool vmap_none_made;
 static uint64_t none_counted_ns;
 
 static bool none_fits(void)
@@ -99,20 +116,53 @@ static bool none_fits(void)
 		return false;
 	uint64_t others = lazy + __atomic_load_n(&vmap_moves, __ATOMIC_RELAXED);
 	none = extra > others ? extra - others : 0;
-	__atomic_store_n(&vmap_none_vmas, none, __ATOMIC_RELAXED);
 	return none + lazy + 2 <= share;
+}
+
+static int map_none(uintptr_t a, size_t len)
+{
+	void *m = vmap_os_mmap((void *)a, len, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (vmap_os_is_err(m))
+		return -vmap_os_err(m);
+	__atomic_store_n(&vmap_none_made, true, __ATOMIC_RELAXED);
+	return 0;
 }
 
 int vmap_guard_none(uintptr_t a, size_t len, bool counted)
 {
 	if (!counted && !none_fits())
 		return -ENOMEM;
-	void *m = vmap_os_mmap((void *)a, len, PROT_NONE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-	if (vmap_os_is_err(m))
-		return -vmap_os_err(m);
-	__atomic_store_n(&vmap_none_made, true, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&vmap_none_vmas, 2, __ATOMIC_RELAXED);
-	return 0;
+	return map_none(a, len);
 }
 
+/*
+ * Page tables of freed memory.  The kernel frees a page table only when one
+ * call unmaps, maps afresh or (Linux >= 6.14) drops with MADV_DONTNEED the
+ * whole 2 MiB it maps.  A purge drops areas smaller than that: the tables
+ * under them stay, empty, and every fork copies them (allocates one, scans
+ * its 512 entries) and every child's exit frees them.  So when a purged
+ * area completes whole 2 MiB spans of the zero run it merges into, those
+ * spans are mapped afresh, read-write as the arena around them (merging
+ * with its VMA): their tables go, and so do their records (runs.c).  Only
+ * spans the area reaches into, which had pages resident: the rest of a zero
+ * run never faulted, or was dropped whole already.  Under the shard lock (the run is free: nobody carves it
+ * meanwhile), one call per purged area that completes a span.
+ *
+ *   run:     [ zero  |   span   |   span   | zero ]
+ *   purged:               [ area ]
+ *   afresh:          [   span   ]
+ */
+void vmap_zero_spans_locked(uintptr_t run, uintptr_t a, uintptr_t e)
+{
+	const uintptr_t span = VMAP_HUGE_PAGE;
+	struct vmap_pte *h = vmap_pte_of(vmap_region_of(run), run);
+	uintptr_t end = run + (vmap_tag_pages(h->tag) << VMAP_PAGE_SHIFT);
+	uintptr_t lo = a & ~(span - 1), hi = (e + span - 1) & ~(span - 1);
+	if (lo < run)
+		lo = (run + span - 1) & ~(span - 1);
+	if (hi > end)
+		hi = end & ~(span - 1);
+	if (lo < hi && vmap_map_fresh_arena(lo, hi - lo) == 0)
+		vmap_run_drop_records_locked(run, lo, hi);
+}

@@ -107,6 +107,11 @@ Test(purge, adjacent_areas_are_released_as_one_range)
 	cr_assert_eq(vmap_range_purge(true), (size_t)(N * AREA64K));
 	struct fake_range r[8];
 	unsigned n = fake_advised(MADV_DONTNEED, r, 8);
+	/* Besides: the records of the whole 2 MiB spans the run now covers,
+	 * mapped afresh (purge_drops_the_tables_of_the_spans_it_completes). */
+	struct vmap_region *reg = vmap_region_of((uintptr_t)p[0]);
+	while (n > 0 && r[n - 1].addr - reg->base >= reg->size)
+		n--;
 	cr_assert_eq(n, 1, "64 adjacent areas -> %u ranges", n);
 	cr_assert_eq(r[0].addr, (uintptr_t)p[0]);
 	cr_assert_eq(r[0].len, (size_t)(N * AREA64K));
@@ -811,4 +816,108 @@ Test(purge, a_guarded_run_that_cannot_be_unguarded_is_never_handed_out)
 	vmap_range_free(p, "free");
 	vmap_range_free(keep, "free");
 	vmap_range_check();
+}
+
+/* VmPTE of /proc/self/status: the process's page tables, in KiB. */
+static long page_tables_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	cr_assert(f);
+	char line[256];
+	long kib = -1;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "VmPTE: %ld", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/* Areas purged one by one, each smaller than the 2 MiB a page table maps,
+ * leave that table in place however many of them merge into one zero run:
+ * the kernel frees a table only when one call drops all it maps.  Fork
+ * copies such tables, empty.  The purge that completes a whole span maps it
+ * afresh, which frees its table, and drops the span's records. */
+Test(purge, purge_drops_the_tables_of_the_spans_it_completes)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
+	range_setup(env);
+	enum { N = 64 }; /* 64 x 68 KiB: over 4 MiB, at least one whole span */
+	void *p[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = alloc_ok(A64K);
+		memset(p[i], 0x5a, A64K);
+	}
+	void *keep = alloc_ok(A64K); /* the chunk does not go back */
+	long before = page_tables_kib();
+	fake_reset();
+	for (int i = 0; i < N; i++) {
+		vmap_range_free(p[i], "free");
+		cr_assert_eq(vmap_range_purge(true), (size_t)AREA64K);
+	}
+	long after = page_tables_kib();
+	cr_assert_gt(fake_calls(FAKE_MAP_FRESH), 0, "no span mapped afresh");
+	cr_assert_leq(after, before - 4, "page tables %ld KiB before, %ld after", before, after);
+	/* The spans' records went too: a range of the region's page table. */
+	struct vmap_region *reg = vmap_region_of((uintptr_t)p[0]);
+	struct fake_range r[64];
+	unsigned n = fake_advised(MADV_DONTNEED, r, 64), records = 0;
+	for (unsigned i = 0; i < n && i < 64; i++)
+		records += r[i].addr >= (uintptr_t)reg->pt &&
+			   r[i].addr < (uintptr_t)(reg->pt + (reg->size >> VMAP_PAGE_SHIFT));
+	cr_assert_gt(records, 0, "no records dropped");
+	/* Still one zero run, carved again whole and reading zero. */
+	cr_assert_eq(vmap_tag_run_state(tag_of(p[0])), VMAP_RUN_ZERO);
+	vmap_range_check();
+	bool zero = false;
+	void *q = vmap_range_alloc((size_t)N * AREA64K - VMAP_PAGE, VMAP_PAGE, &zero);
+	cr_assert_eq(q, p[0]);
+	cr_assert(zero && all_zero(q, (size_t)N * AREA64K - VMAP_PAGE));
+	vmap_range_free(keep, "free");
+}
+
+/* Two unmapped pieces and the purged block between them merge into one
+ * guarded run, which is one PROT_NONE mapping: the run cuts two VMAs out
+ * of the arena's, as vmap_none_vmas counts it, not four, and the purged
+ * block's pages fault like the pieces around them. */
+Test(purge, a_guarded_run_of_several_pieces_is_one_prot_none_mapping)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
+	facade_setup(env);
+	char *m1 = served(A64K);
+	char *a = alloc_ok(A64K);
+	char *m2 = served(A64K);
+	void *keep = alloc_ok(A64K);
+	cr_assert_eq(a, m1 + A64K, "the block follows the first mapping");
+	cr_assert_eq(m2, a + AREA64K, "the second mapping follows the block");
+	memset(m1, 1, A64K);
+	memset(a, 2, A64K);
+	memset(m2, 3, A64K);
+	cr_assert_eq(vmap_munmap(m1, A64K), 0);
+	cr_assert_eq(vmap_munmap(m2, A64K), 0);
+	vmap_range_free(a, "free");
+	vmap_range_purge(true);
+	uint64_t t = tag_of(m1);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
+	cr_assert_eq(vmap_tag_pages(t), 16 + 17 + 16, "one run over the pieces and the block");
+	cr_assert_eq(vmap_none_vmas, 2, "one guarded run: two VMAs at most");
+	char perms[5];
+	maps_perms((uintptr_t)a + A64K / 2, perms);
+	cr_assert_str_eq(perms, "---p", "the purged block between the pieces is %s", perms);
+	/* One mapping from the first piece to the end of the second. */
+	FILE *f = fopen("/proc/self/maps", "r");
+	cr_assert(f);
+	unsigned long lo, hi, vlo = 0, vhi = 0;
+	while (fscanf(f, "%lx-%lx%*[^\n]", &lo, &hi) == 2)
+		if ((uintptr_t)a >= lo && (uintptr_t)a < hi)
+			vlo = lo, vhi = hi;
+	fclose(f);
+	cr_assert_leq(vlo, (uintptr_t)m1);
+	cr_assert_geq(vhi, (uintptr_t)m2 + A64K);
+	bool zero = false;
+	char *p = vmap_range_alloc(48 * 4096, VMAP_PAGE, &zero);
+	cr_assert_eq(p, m1, "the guarded run is reused");
+	cr_assert(zero && all_zero(p, 48 * 4096));
+	vmap_range_free(keep, "free");
 }
