@@ -12,10 +12,12 @@
  * A served mapping is an area tagged VMAP_TAG_MMAP: all its pages are the
  * program's (no guard page), zero-filled when handed out.  munmap() of any
  * part of it — head, tail, middle, several mappings and holes in one call —
- * splits the area exactly; the unmapped pages get guard markers
- * (MADV_GUARD_INSTALL: they fault like unmapped memory without splitting the
- * arena's VMA; mprotect(PROT_NONE) on kernels without it) and become a
- * "guarded" free run, un-guarded when reused.  mprotect/madvise/mincore/
+ * splits the area exactly; the unmapped pages are made to fault like
+ * unmapped memory -- kept resident PROT_NONE for the next mmap (within the
+ * cache and VMA budgets), else a fresh PROT_NONE mapping over them (within
+ * the VMA budget: fork copies nothing of it), else guard markers
+ * (MADV_GUARD_INSTALL, no VMA cut, but a page-table entry each) -- and
+ * become a "protected" or "guarded" free run, un-guarded when reused.  mprotect/madvise/mincore/
  * mremap aimed at such pages fail as on unmapped memory (ENOMEM, EFAULT).
  * An area whose protection or advice the program changed is flagged ATTR and
  * reset with a fresh mapping before reuse; where it changed them for part of
