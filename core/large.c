@@ -582,13 +582,20 @@ bool vmap_range_ok VMAP_HOT;
 size_t vmap_large_above VMAP_HOT;
 static __thread bool vmap_tls_in_range_setup;
 
+static int range_setup_pid; /* the process that claimed the set-up; 0: none */
+
 __attribute__((noinline, cold)) bool vmap_range_setup_slow(void)
 {
 	if (vmap_tls_in_range_setup)
 		return false; /* re-entered (a signal handler) during the set-up: glibc */
-	int expected = VMAP_RANGE_NONE;
-	if (__atomic_compare_exchange_n(&vmap_range_state, &expected, VMAP_RANGE_BUSY, false,
-					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+	/* The set-up is claimed with the claiming process's pid: a child forked
+	 * while a thread of its parent set the arena up (fork.c waits for one
+	 * under way, but one may start after that wait) has no thread to finish
+	 * it, and takes glibc for its large blocks instead of waiting for ever. */
+	int me = vmap_os_getpid(), expected = 0;
+	if (__atomic_compare_exchange_n(&range_setup_pid, &expected, me, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&vmap_range_state, VMAP_RANGE_BUSY, __ATOMIC_RELEASE);
 		vmap_tls_in_range_setup = true;
 		bool ok = vmap_range_init() == 0;
 		if (ok) {
@@ -604,8 +611,13 @@ __attribute__((noinline, cold)) bool vmap_range_setup_slow(void)
 		vmap_tls_in_range_setup = false;
 		return ok;
 	}
-	while (__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) != VMAP_RANGE_DONE)
+	while (__atomic_load_n(&vmap_range_state, __ATOMIC_ACQUIRE) != VMAP_RANGE_DONE) {
+		if (__atomic_load_n(&range_setup_pid, __ATOMIC_ACQUIRE) != me) {
+			vmap_range_refuse(); /* claimed by the parent, before the fork */
+			break;
+		}
 		vmap_os_yield();
+	}
 	return __atomic_load_n(&vmap_range_ok, __ATOMIC_ACQUIRE);
 }
 
