@@ -33,17 +33,14 @@ extern uint32_t vmap_auto_step VMAP_HIDDEN;
  * hooks (alloc.c). */
 extern bool vmap_large_free_hooks VMAP_HIDDEN;
 /* BACKEND=libc, or mimalloc once loaded: every request of 1..vmap_direct_limit
- * bytes goes straight to that one allocator (mimalloc's if vmap_direct_mi),
- * ahead of the general path's tests; 0 = none (auto, builtin, or while the
- * profile is on).  Written with vmap_direct_mi first (release). */
+ * bytes goes straight to the one allocator vmap_direct_to names, ahead of the
+ * general path's tests, and a free that is not the arena's asks it first
+ * (mimalloc by its segment map; glibc unless the block is an escape block).
+ * 0 / VMAP_DIRECT_NONE = none (auto, builtin, or while the profile is on).
+ * vmap_direct_to is written first, and cleared after the limit. */
 extern size_t vmap_direct_limit VMAP_HIDDEN;
-extern bool vmap_direct_mi VMAP_HIDDEN;
-/* The same mode as the frees see it: which allocator a free that is not the
- * arena's asks first (mimalloc by its segment map; glibc unless the block is
- * an escape block), 0 = none: the general path.  Set and cleared with
- * vmap_direct_limit. */
-enum { VMAP_DIRECT_FREE_NONE, VMAP_DIRECT_FREE_GLIBC, VMAP_DIRECT_FREE_MI };
-extern uint8_t vmap_direct_free VMAP_HIDDEN;
+enum { VMAP_DIRECT_NONE, VMAP_DIRECT_GLIBC, VMAP_DIRECT_MI };
+extern uint8_t vmap_direct_to VMAP_HIDDEN;
 
 /* The general paths of malloc and free (alloc.c), behind direct.c's, and the
  * fold of this thread's counts every VMAP_LOCAL_BATCH calls (alloc.c). */

@@ -5,7 +5,7 @@
  * (alloc.c vmap_malloc_general, vmap_free_general).  And the fast paths'
  * rare exits, and vmap_malloc/vmap_free themselves.
  *
- * Owns nothing: the mode it reads (vmap_direct_limit, vmap_direct_mi) is
+ * Owns nothing: the mode it reads (vmap_direct_limit, vmap_direct_to) is
  * init.c's, mimalloc's functions backend_mimalloc.c's.
  *
  * Invariants: the same contracts as the general paths: init before the
@@ -13,7 +13,7 @@
  * (one direct kind per call, which the fold turns into malloc_calls /
  * free_calls, small_allocs / small_frees and the serving allocator's own),
  * a thread's first call registered (direct_tick), errno kept by free; with the
- * profile on, vmap_direct_limit and vmap_direct_free are 0 and every call
+ * profile on, vmap_direct_limit and vmap_direct_to are 0 and every call
  * takes the general path, which records it.  Apart from alloc.c so that
  * these stay small functions that save few registers; the direct frees need
  * no frame.  Instructions per 64-byte malloc/free pair (bench/pairs.sh
@@ -41,17 +41,23 @@ __attribute__((noinline, cold)) static void direct_tick(void)
 	vmap_fold_and_tick();
 }
 
-static inline void direct_count(enum vmap_direct_kind k)
+/* Counts a call of kind k; true when the fold is due. */
+static inline bool direct_add(enum vmap_direct_kind k)
 {
 	vmap_local.direct[k]++;
-	if (__builtin_expect(--vmap_local.budget < 0, 0))
+	return __builtin_expect(--vmap_local.budget < 0, 0);
+}
+
+static inline void direct_count(enum vmap_direct_kind k)
+{
+	if (direct_add(k))
 		direct_tick();
 }
 
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 {
 	if (size - 1 < __atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE)) {
-		if (vmap_direct_mi) {
+		if (vmap_direct_to == VMAP_DIRECT_MI) {
 			void *p = vmap_mi.malloc(vmap_mi_size(size));
 			if (__builtin_expect(p != NULL, 1)) {
 				direct_count(VMAP_DIRECT_MI_MALLOC);
@@ -78,8 +84,7 @@ __attribute__((noinline, cold)) static void direct_free_tick(void *p, void (*fn)
 
 static inline void direct_free(enum vmap_direct_kind k, void (*fn)(void *), void *p)
 {
-	vmap_local.direct[k]++;
-	if (__builtin_expect(--vmap_local.budget < 0, 0))
+	if (direct_add(k))
 		return direct_free_tick(p, fn);
 	fn(p);
 }
@@ -97,12 +102,12 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 {
 	if (!p)
 		return;
-	unsigned to = __atomic_load_n(&vmap_direct_free, __ATOMIC_ACQUIRE);
-	if (to == VMAP_DIRECT_FREE_MI)
+	unsigned to = __atomic_load_n(&vmap_direct_to, __ATOMIC_ACQUIRE);
+	if (to == VMAP_DIRECT_MI)
 		return direct_free_mi(p);
 	/* glibc's block (or no block: glibc stops the program), unless it is
 	 * in the arena or an escape block. */
-	if (to == VMAP_DIRECT_FREE_GLIBC && !vmap_region_of((uintptr_t)p) &&
+	if (to == VMAP_DIRECT_GLIBC && !vmap_region_of((uintptr_t)p) &&
 	    __atomic_load_n(&vmap_escape_live, __ATOMIC_RELAXED) == 0)
 		return direct_free(VMAP_DIRECT_GLIBC_FREE, vmap_libc.free, p);
 	vmap_free_general(p);

@@ -39,8 +39,7 @@ size_t vmap_fast_limit VMAP_HOT; /* fast.h */
 uint32_t vmap_auto_step VMAP_HOT; /* alloc_impl.h */
 bool vmap_large_free_hooks;        /* alloc_impl.h */
 size_t vmap_direct_limit VMAP_HOT; /* alloc_impl.h */
-bool vmap_direct_mi VMAP_HOT;
-uint8_t vmap_direct_free VMAP_HOT;
+uint8_t vmap_direct_to VMAP_HOT;
 /* Requests above this size are large (the arena's): SMALL_MAX, but with
  * BACKEND=auto, as long as no arena is set up, at least glibc's first mmap
  * threshold (128 KiB): a short process whose blocks glibc would keep in its
@@ -175,20 +174,19 @@ static void slab_switch_on(void)
 static void direct_on(bool mi)
 {
 	__atomic_store_n(&vmap_counter_direct_used, true, __ATOMIC_RELAXED);
-	__atomic_store_n(&vmap_direct_mi, mi, __ATOMIC_RELAXED);
-	__atomic_store_n(&vmap_direct_limit, vmap_opt.small_max, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&vmap_direct_free, mi ? VMAP_DIRECT_FREE_MI : VMAP_DIRECT_FREE_GLIBC,
+	__atomic_store_n(&vmap_direct_to, mi ? VMAP_DIRECT_MI : VMAP_DIRECT_GLIBC,
 			 __ATOMIC_SEQ_CST);
+	__atomic_store_n(&vmap_direct_limit, vmap_opt.small_max, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&vmap_profile_on, __ATOMIC_SEQ_CST)) {
 		__atomic_store_n(&vmap_direct_limit, 0, __ATOMIC_SEQ_CST);
-		__atomic_store_n(&vmap_direct_free, VMAP_DIRECT_FREE_NONE, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&vmap_direct_to, VMAP_DIRECT_NONE, __ATOMIC_SEQ_CST);
 	}
 }
 
 void vmap_fast_paths_off(void)
 {
 	__atomic_store_n(&vmap_direct_limit, 0, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&vmap_direct_free, VMAP_DIRECT_FREE_NONE, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&vmap_direct_to, VMAP_DIRECT_NONE, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&vmap_fast_limit, 0, __ATOMIC_SEQ_CST);
 	vmap_range_fast_free_off();
 }
