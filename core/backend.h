@@ -92,12 +92,27 @@ struct vmap_mi {
 
 extern struct vmap_mi vmap_mi;
 extern bool vmap_mi_on;
+/* The address range vmapalloc reserved for mimalloc's segments
+ * (backend_mimalloc.c): [vmap_mi_lo, vmap_mi_lo + vmap_mi_len), written
+ * before vmap_mi_on, and then only grown (vmap_mimalloc_grow); 0 and 0
+ * when there is none.  Every block in it is mimalloc's, so its frees need no
+ * look-up in mimalloc's segment map. */
+extern uintptr_t vmap_mi_lo;
+extern size_t vmap_mi_len;
+/* The range but its last segment: a block from past it says that the range
+ * is filling up (direct.c). */
+extern size_t vmap_mi_room;
 
 /* Whether this build has the mimalloc backend (meson feature `mimalloc`). */
 bool vmap_mimalloc_built(void);
 /* Loads libmimalloc.so.2 and fills vmap_mi; 0, or -1 after printing one line
  * saying why not.  dlopen allocates: never from inside malloc. */
 int vmap_mimalloc_load(void);
+/* Grows the range for mimalloc's segments in place, if it can (once mimalloc
+ * has been mapping segments itself, the range being full): a raw mmap and
+ * mimalloc's arena set-up, no malloc.  One thread at a time; the others
+ * return at once. */
+void vmap_mimalloc_grow(void);
 /* mimalloc's committed memory now and at its peak (its own statistics, read
  * without allocating); 0 and 0 when it is not loaded. */
 void vmap_mimalloc_held(uint64_t *now, uint64_t *peak);
@@ -110,11 +125,25 @@ static inline size_t vmap_mi_size(size_t n)
 	return n < 16 ? 16 : n;
 }
 
-/* Whether p is a block of mimalloc's: decided by its address (the segment
- * map mimalloc keeps), whatever the backend in use. */
+/* Whether p is in the range reserved for mimalloc's segments. */
+static inline bool vmap_mi_in_range(const void *p)
+{
+	return (uintptr_t)p - vmap_mi_lo < vmap_mi_len;
+}
+
+/* Whether p is in the range, before its last segment. */
+static inline bool vmap_mi_in_room(const void *p)
+{
+	return (uintptr_t)p - vmap_mi_lo < vmap_mi_room;
+}
+
+/* Whether p is a block of mimalloc's: decided by its address (the range
+ * reserved for its segments, else the segment map it keeps for those it
+ * mapped itself), whatever the backend in use. */
 static inline bool vmap_mi_owns(const void *p)
 {
-	return __builtin_expect(__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE), 0) && vmap_mi.owns(p);
+	return __builtin_expect(__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE), 0) &&
+	       (vmap_mi_in_range(p) || vmap_mi.owns(p));
 }
 
 #endif

@@ -34,9 +34,26 @@
  *    lacks mimalloc's functions is closed again.
  *
  * Ownership: a block is freed by the allocator whose block it is, decided by
- * address (alloc.c): the arena's regions first, then mimalloc's segment map
- * (mi_is_in_heap_region, backend.h vmap_mi_owns), then glibc.  So blocks
- * glibc handed out before the load, or when mimalloc refused, stay glibc's.
+ * address (alloc.c): the arena's regions first, then mimalloc's (the range
+ * below, else its segment map: mi_is_in_heap_region, backend.h
+ * vmap_mi_owns), then glibc.  So blocks glibc handed out before the load, or
+ * when mimalloc refused, stay glibc's.
+ *
+ * mimalloc's segments come from one range reserved here, at a fixed place
+ * under 20 TiB, handed to mimalloc as arenas of its own
+ * (mi_manage_os_memory): so a free asks one subtraction and compare where
+ * mimalloc's segment map took a call and 21 instructions (backend.h
+ * vmap_mi_in_range).  The range is PROT_NONE and MAP_NORESERVE, and handed
+ * over as not committed: mimalloc makes what it uses writable (mprotect,
+ * charged then under strict overcommit) and gives it back as it would its
+ * own mappings (MADV_DONTNEED); its segments sit side by side, in one
+ * mapping.  It starts at one segment (reserved space counts against an
+ * RLIMIT_AS that the program may lower later; no range under a finite one)
+ * and doubles in place (vmap_mimalloc_grow) when mimalloc's blocks show it
+ * filling the last segment, or mapping segments itself, which it does once
+ * the range is full: the limit on its own mappings
+ * (mi_option_limit_os_alloc) stays off, and its segment map answers for
+ * those segments.
  *
  * Invariants: vmap_mi's slots are written before vmap_mi_on (release) and
  * never change after; vmap_mi_on never goes back to false.
@@ -53,9 +70,98 @@
 
 struct vmap_mi vmap_mi;
 bool vmap_mi_on VMAP_HOT;
+uintptr_t vmap_mi_lo VMAP_HOT;
+size_t vmap_mi_len VMAP_HOT;
+size_t vmap_mi_room VMAP_HOT;
 
 #ifdef VMAP_HAVE_MIMALLOC
 #include <mimalloc.h>
+#include <sys/mman.h>
+
+#include "counter.h"
+#include "os.h"
+
+/* mimalloc's segment size and alignment (2.x): its arenas' start and the
+ * range's first step. */
+#define MI_SEGMENT (32ul << 20)
+/* Where the range may start: under the 20 TiB that mimalloc's segment map
+ * covers (so mi_is_in_heap_region knows these segments too), above where
+ * its own hints start (2-6 TiB, a segment further each time).  If all four
+ * are taken, no range. */
+#define MI_RANGE_AT (16ul << 40)
+#define MI_RANGE_TRIES 4
+/* The most the range grows to (so it stays under 20 TiB); it doubles from
+ * one segment. */
+#define MI_RANGE_MAX (1ul << 40)
+
+static bool (*mi_manage)(void *, size_t, bool, bool, bool, int);
+static bool range_growing, range_stuck;
+
+/* Hands [at, at + len), reserved, to mimalloc as an arena, not committed;
+ * the range takes it in first, since mimalloc may place a segment in it as
+ * soon as it has it. */
+static bool range_add(uintptr_t at, size_t len)
+{
+	size_t old = vmap_mi_len;
+	if (!vmap_mi_lo)
+		vmap_mi_lo = at;
+	__atomic_store_n(&vmap_mi_len, old + len, __ATOMIC_RELEASE);
+	if (mi_manage((void *)at, len, false /* committed */, false /* large pages */,
+		      true /* zero */, -1 /* any NUMA node */)) {
+		__atomic_store_n(&vmap_mi_room, old + len - MI_SEGMENT, __ATOMIC_RELAXED);
+		vmap_stat_add_cpu(0, VMAP_STAT_mimalloc_range_bytes, (int64_t)len);
+		return true;
+	}
+	__atomic_store_n(&vmap_mi_len, old, __ATOMIC_RELEASE);
+	vmap_os_munmap((void *)at, len);
+	return false;
+}
+
+/* The range's first segment, at load: where mimalloc would have mapped its
+ * first segment itself; a program that lowers RLIMIT_AS later finds
+ * VmSize as it would under mimalloc alone.  None under a finite RLIMIT_AS:
+ * mimalloc maps its segments itself, as it needs them. */
+static void give_range(void)
+{
+	mi_manage = (__typeof__(mi_manage))vmap_elf_symbol(VMAP_MIMALLOC_SONAME,
+							   "mi_manage_os_memory");
+	uint64_t cur, max;
+	if (!mi_manage || vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur != UINT64_MAX)
+		return;
+	for (unsigned i = 0; i < MI_RANGE_TRIES; i++) {
+		uintptr_t at = MI_RANGE_AT + ((uintptr_t)i << 40);
+		if (vmap_os_reserve_at((void *)at, MI_SEGMENT) == 0) {
+			range_add(at, MI_SEGMENT);
+			return;
+		}
+	}
+}
+
+void vmap_mimalloc_grow(void)
+{
+	if (!vmap_mi_len || __atomic_load_n(&range_stuck, __ATOMIC_RELAXED) ||
+	    __atomic_exchange_n(&range_growing, true, __ATOMIC_ACQUIRE))
+		return;
+	size_t len = vmap_mi_len;
+	uintptr_t at = vmap_mi_lo + len;
+	/* Only once mimalloc has used the range's last segment, made writable
+	 * then: the blocks that call here may be those of segments it mapped
+	 * before the last growth, with room left in the range. */
+	char probe;
+	if (vmap_os_read_self(&probe, (void *)(at - MI_SEGMENT), 1) != 1) {
+		__atomic_store_n(&range_growing, false, __ATOMIC_RELEASE);
+		return;
+	}
+	/* Doubling, but a segment at a time under a finite RLIMIT_AS, which
+	 * counts the reserved rest. */
+	uint64_t cur, max;
+	size_t step = vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) == 0 && cur == UINT64_MAX
+			      ? len : MI_SEGMENT;
+	if (len + step > MI_RANGE_MAX || vmap_os_reserve_at((void *)at, step) != 0 ||
+	    !range_add(at, step))
+		__atomic_store_n(&range_stuck, true, __ATOMIC_RELAXED);
+	__atomic_store_n(&range_growing, false, __ATOMIC_RELEASE);
+}
 
 bool vmap_mimalloc_built(void)
 {
@@ -110,6 +216,7 @@ int vmap_mimalloc_load(void)
 		return -1;
 	}
 	option_set(mi_option_destroy_on_exit, 0);
+	give_range();
 	vmap_mi = m;
 	__atomic_store_n(&vmap_mi_on, true, __ATOMIC_RELEASE);
 	return 0;
@@ -129,6 +236,10 @@ void vmap_mimalloc_held(uint64_t *now, uint64_t *peak)
 bool vmap_mimalloc_built(void)
 {
 	return false;
+}
+
+void vmap_mimalloc_grow(void)
+{
 }
 
 int vmap_mimalloc_load(void)

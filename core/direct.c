@@ -54,13 +54,28 @@ static inline void direct_count(enum vmap_direct_kind k)
 		direct_tick();
 }
 
+/* A mimalloc malloc's turn to tick: its block, one in VMAP_LOCAL_BATCH,
+ * says where mimalloc is placing blocks.  From the range's last segment, or
+ * from a segment mimalloc mapped itself (the range being full): every 32nd
+ * such of a thread's asks for the range to grow (backend_mimalloc.c), so
+ * that mimalloc's next segments are the range's, whose frees need no
+ * look-up. */
+__attribute__((noinline, cold)) static void direct_tick_mi(const void *p)
+{
+	static __thread unsigned n;
+	direct_tick();
+	if (!vmap_mi_in_room(p) && vmap_mi_len && !(++n & 31))
+		vmap_mimalloc_grow();
+}
+
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 {
 	if (size - 1 < __atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE)) {
 		if (vmap_direct_to == VMAP_DIRECT_MI) {
 			void *p = vmap_mi.malloc(vmap_mi_size(size));
 			if (__builtin_expect(p != NULL, 1)) {
-				direct_count(VMAP_DIRECT_MI_MALLOC);
+				if (direct_add(VMAP_DIRECT_MI_MALLOC))
+					direct_tick_mi(p);
 				return p;
 			}
 		} else {
@@ -89,8 +104,9 @@ static inline void direct_free(enum vmap_direct_kind k, void (*fn)(void *), void
 	fn(p);
 }
 
-/* mimalloc's block (its segments are never the arena's, an escape block or
- * a foreign pointer), asked by its segment map. */
+/* Out of mimalloc's range: mimalloc's block (a segment it mapped itself:
+ * never the arena's), asked by its segment map, or an arena or escape block,
+ * or a foreign pointer. */
 __attribute__((noinline)) static void direct_free_mi(void *p)
 {
 	if (vmap_mi.owns(p))
@@ -103,8 +119,11 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 	if (!p)
 		return;
 	unsigned to = __atomic_load_n(&vmap_direct_to, __ATOMIC_ACQUIRE);
-	if (to == VMAP_DIRECT_MI)
+	if (to == VMAP_DIRECT_MI) {
+		if (vmap_mi_in_range(p)) /* mimalloc's, with no look-up */
+			return direct_free(VMAP_DIRECT_MI_FREE, vmap_mi.free, p);
 		return direct_free_mi(p);
+	}
 	/* glibc's block (or no block: glibc stops the program), unless it is
 	 * in the arena or an escape block. */
 	if (to == VMAP_DIRECT_GLIBC && !vmap_region_of((uintptr_t)p) &&

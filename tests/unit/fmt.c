@@ -545,6 +545,7 @@ static void report_figures(struct vmap_figures *f, bool in_signal)
 		vmap_opt.backend = VMAP_BACKEND_MIMALLOC;
 		v[FIG_mimalloc_bytes] = 32 * MiB;
 		v[FIG_mimalloc_peak] = 40 * MiB;
+		v[FIG_mimalloc_range_bytes] = 64 * MiB;
 	}
 	vmap_report_derive(f);
 }
@@ -576,7 +577,7 @@ Test(report, text_of_chosen_figures_is_exact)
 		"  small blocks in use       293 KiB (glibc, of a 391 KiB heap) + builtin slabs "
 		"20.0 MiB in use of 56.6 MiB in 18880860 + mimalloc 32.0 MiB committed; in all 175 MiB\n"
 		"  small backend             mimalloc: 71650138 / 5804591 (32.0 MiB committed, "
-		"peak 40.0 MiB), glibc 99031457 / 5453230 (allocations / frees)\n"
+		"peak 40.0 MiB; range 64.0 MiB), glibc 99031457 / 5453230 (allocations / frees)\n"
 		"  resident (VmRSS)          5.00 MiB (peak 6.00 MiB); AnonHugePages 2.00 MiB, "
 		"LazyFree 4.00 KiB\n"
 		"  cached for reuse          79.2 MiB (no arena yet: set up on the first large block "

@@ -15,7 +15,8 @@
  * Under mimalloc besides: libmimalloc.so.2 is mapped, small blocks are its
  * (mi_is_in_heap_region), large ones are not, malloc and friends still bind
  * to libvmapalloc.so (also for names looked up now), a block glibc allocated
- * is freed by glibc (counted), and the per-backend counters move.  Under the
+ * is freed by glibc (counted), the per-backend counters move, and mimalloc's
+ * segments come from a range that grows with its use.  Under the
  * others: libmimalloc is not mapped.
  */
 #define _GNU_SOURCE
@@ -302,6 +303,38 @@ static void at_exit_alloc(void)
         free(malloc(vmt_sz(2000)));
 }
 
+/* Under mimalloc: its segments come from a range vmapalloc reserved, which
+ * grows as mimalloc fills it (about 120 MiB of small blocks here); every
+ * block stays mimalloc's, whole, and is freed by mimalloc. */
+static void check_mi_range(void)
+{
+    enum { N = 160000 };
+    static unsigned char *b[N];
+    uint64_t range0 = CTR("mimalloc_range_bytes"), frees0 = CTR("small_mimalloc_frees");
+    CHECK(range0 >= 32u << 20, "a range for mimalloc's segments: %lu bytes",
+          (unsigned long)range0);
+    bool all_mi = true, all_same = true;
+    for (unsigned i = 0; i < N; i++) {
+        size_t n = 512 + i % 512;
+        b[i] = malloc(vmt_sz(n));
+        CHECK(b[i] != NULL, "malloc(%zu)", n);
+        fill(b[i], n < 64 ? n : 64, i);
+        all_mi &= is_mi(b[i]);
+    }
+    uint64_t range = CTR("mimalloc_range_bytes");
+    CHECK(range >= 128u << 20, "the range grew with mimalloc's use: %lu bytes",
+          (unsigned long)range);
+    for (unsigned i = 0; i < N; i++) {
+        size_t n = 512 + i % 512;
+        all_same &= same(b[i], n < 64 ? n : 64, i);
+        free(b[i]);
+    }
+    CHECK(all_mi, "every block is mimalloc's");
+    CHECK(all_same, "every block kept its contents");
+    CHECK(CTR("small_mimalloc_frees") - frees0 >= N, "mimalloc freed them: %lu",
+          (unsigned long)(CTR("small_mimalloc_frees") - frees0));
+}
+
 int main(int argc, char **argv)
 {
     vmt_init("api_backends");
@@ -342,6 +375,8 @@ int main(int argc, char **argv)
     check_family();
     check_threads();
     check_fork();
+    if (mi)
+        check_mi_range();
     CHECK(mapped("/libmimalloc.so") == mi, "libmimalloc still mapped only under mimalloc");
     printf("api_backends (%s): %lu checks ok\n", backend, (unsigned long)vmt_checks);
     return vmt_failures ? 1 : 0;
