@@ -79,22 +79,33 @@ def workloads(tmp):
     }
 
 
-def run(cmd, env):
-    """Wall seconds, peak RSS (KiB, from wait4: this child alone) and stdout."""
+def build_runner(tmp):
+    """Compiles bench/runner.c into tmp: the workloads run under it, since
+    Python's own wait4 would report at least Python's peak RSS (Linux carries
+    the peak RSS of the process that forks across exec)."""
+    runner = os.path.join(tmp, "runner")
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-Wall", "-Wextra", "-Werror",
+                    os.path.join(ROOT, "bench", "runner.c"), "-o", runner], check=True)
+    return runner
+
+
+def run(cmd, env, runner, tmp):
+    """Wall seconds, peak RSS (KiB: the workload's own, from the runner's
+    wait4) and stdout."""
+    res = os.path.join(tmp, "result")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.monotonic()
-        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
-        _, status, ru = os.wait4(p.pid, 0)
-        wall = time.monotonic() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
+        p = subprocess.run([runner, res] + cmd, env=env, stdout=out, stderr=err)
         out.seek(0)
         err.seek(0)
-        if p.returncode != 0:
+        with open(res) as f:
+            kv = dict(t.split("=", 1) for t in f.read().split())
+        os.unlink(res)
+        if p.returncode != 0 or int(kv["status"]) != 0:
             raise SystemExit("failed: %s: %s" % (" ".join(cmd[:2]), err.read()[-300:]))
         if b"vmapalloc: VMAPALLOC_BACKEND=" in err.read():
             raise SystemExit("%s: the backend asked for (%s) was not used" %
                              (" ".join(cmd[:2]), env.get("VMAPALLOC_BACKEND")))
-        return wall, ru.ru_maxrss, out.read()
+        return float(kv["wall"]), int(kv["maxrss_kib"]), out.read()
 
 
 def print_pairs(pairs, names, medians):
@@ -141,6 +152,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="vmap-programs.")
     try:
         wl = workloads(tmp)
+        runner = build_runner(tmp)
         names = a.only.split(",") if a.only else list(wl)
         print("bench/programs.py -r %d: median wall seconds (ratio to glibc; < 1 is faster), "
               "median peak RSS MiB; load %s" % (a.repeats, os.getloadavg()[:3]))
@@ -159,7 +171,7 @@ def main():
                     if lib:
                         env["LD_PRELOAD"] = lib
                     env.update(extra)
-                    wall, rss, out = run(cmd, env)
+                    wall, rss, out = run(cmd, env, runner, tmp)
                     res[n].append((wall, rss))
                     outs.setdefault(out, []).append(n)
             if len(outs) != 1:
