@@ -162,8 +162,3 @@ __attribute__((constructor)) static void vmapalloc_ctor(void)
 		vmap_fast_paths_off();
 }
 __attribute__((destructor)) static void vmapalloc_dtor(void) { vmap_at_exit(); }
-
-/* Contents for the output section that holds the .bss (preload/bss.ld): with
- * one byte that has them, the section is PROGBITS, zeros in the file, and
- * the linker does not warn about the type changing. */
-__attribute__((section(".vmap_zero"), used)) static char vmap_zero_anchor[1];
