@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <gnu/lib-names.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 
 #include "background.h"
 #include "cache.h"
@@ -71,22 +72,29 @@ static void thread_exit(void *arg)
 
 /* ---- init -------------------------------------------------------------- */
 
-static char env_buf[65536];
-static char *env_ptrs[1024];
-
-/* environ is not set yet when ld.so itself allocates: read the kernel's copy. */
+/* environ is not set yet when ld.so itself allocates: read the kernel's copy,
+ * into a mapping made then (rarely needed: a static buffer would add its 72
+ * KiB to every process's VmSize) and kept, since the options point into it. */
 static char **env_from_proc(void)
 {
-	long n = vmap_os_read_file("/proc/self/environ", env_buf, sizeof env_buf);
-	if (n < 0)
+	enum { BUF = 65536, PTRS = 1024 };
+	char *buf = vmap_os_mmap(NULL, BUF + PTRS * sizeof(char *), PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (vmap_os_is_err(buf))
 		return NULL;
-	size_t k = 0;
-	for (long i = 0; i < n && k < 1023; i++) {
-		if (i == 0 || env_buf[i - 1] == '\0')
-			env_ptrs[k++] = &env_buf[i];
+	char **ptrs = (char **)(buf + BUF);
+	long n = vmap_os_read_file("/proc/self/environ", buf, BUF);
+	if (n < 0) {
+		vmap_os_munmap(buf, BUF + PTRS * sizeof(char *));
+		return NULL;
 	}
-	env_ptrs[k] = NULL;
-	return env_ptrs;
+	size_t k = 0;
+	for (long i = 0; i < n && k < PTRS - 1; i++) {
+		if (i == 0 || buf[i - 1] == '\0')
+			ptrs[k++] = &buf[i];
+	}
+	ptrs[k] = NULL;
+	return ptrs;
 }
 
 bool vmap_glibc_at_least(unsigned major, unsigned minor)
