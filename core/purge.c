@@ -582,8 +582,17 @@ void vmap_purge_maybe(uint64_t now)
  * program's heap and not with what the cache holds.  A program whose blocks
  * fit the cache carves nothing fresh and keeps it all (the pressure limit and
  * the age purge bound it).  The calling thread's own cache is drained into
- * the pools first, where carves reuse it and the purge reaches it; other threads' caches are out of reach (bounded by
- * VMAPALLOC_CACHE_BYTES each, and drained when idle).
+ * the pools first, where carves reuse it and the purge reaches it; other
+ * threads' caches are out of reach (bounded by VMAPALLOC_CACHE_BYTES each,
+ * and drained when idle).
+ *
+ * The floor of the bytes in use is for the fragments of a heap of random
+ * sizes: its requests are mostly smaller than its cache, and the fragments
+ * are what they reuse.  A fresh area at least as large as everything cached
+ * (thread caches included) is not such a request: no cached area could have
+ * served it, and resident memory grows by more than the cache holds -- the
+ * heap's new high, where a cache kept beside the new block only raises the
+ * peak.  It pays at once, down to FRESH_FLOOR (fresh_pays_in_full).
  *
  * Cost: one madvise per batch, against FRESH_BATCH / 4 KiB page faults of
  * about a microsecond each that the carve already pays.
@@ -591,8 +600,25 @@ void vmap_purge_maybe(uint64_t now)
 #define FRESH_BATCH (256u << 10)
 #define FRESH_FLOOR (vmap_lazy_max / 32)
 
+static bool fresh_pays_in_full(uint64_t bytes)
+{
+	if (bytes < FRESH_BATCH || vmap_opt.lazy_max ||
+	    __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED) > vmap_lazy_max)
+		return false; /* (raised: purged memory was being refaulted) */
+	uint64_t cached = approx(VMAP_STAT_cached_bytes);
+	if (bytes < cached + approx(VMAP_STAT_thread_cached_bytes))
+		return false;
+	vmap_cache_drain_self(vmap_os_now_ns());
+	cached = approx(VMAP_STAT_cached_bytes);
+	if (cached > FRESH_FLOOR)
+		purge(PURGE_FRESH, vmap_os_now_ns(), cached - FRESH_FLOOR);
+	return true;
+}
+
 void vmap_purge_fresh(uint64_t bytes)
 {
+	if (fresh_pays_in_full(bytes))
+		return;
 	if (__atomic_add_fetch(&vmap_fresh_debt, bytes, __ATOMIC_RELAXED) < FRESH_BATCH)
 		return;
 	uint64_t debt = __atomic_exchange_n(&vmap_fresh_debt, 0, __ATOMIC_RELAXED);
