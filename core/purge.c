@@ -41,11 +41,10 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
-
 #include "cache.h"
 #include "counter.h"
 #include "options.h"
-#include "range.h"
+#include "range_impl.h"
 
 #define PURGE_MAX_VICTIMS 1024 /* also UIO_MAXIOV: one process_madvise per round */
 #define REFAULT_WINDOW_NS (50 * 1000000ull)
@@ -587,12 +586,11 @@ void vmap_purge_maybe(uint64_t now)
  * and drained when idle).
  *
  * The floor of the bytes in use is for the fragments of a heap of random
- * sizes: its requests are mostly smaller than its cache, and the fragments
- * are what they reuse.  A fresh area at least as large as everything cached
- * (thread caches included) is not such a request: no cached area could have
- * served it, and resident memory grows by more than the cache holds -- the
- * heap's new high, where a cache kept beside the new block only raises the
- * peak.  It pays at once, down to FRESH_FLOOR (fresh_pays_in_full).
+ * sizes, which its next requests reuse.  A fresh area at least as large as
+ * everything cached (thread caches included) and twice the largest cached
+ * area is not such a request: it pays at once for the whole cache, down to
+ * FRESH_FLOOR (never more than the carve faults in), unless the pressure
+ * limit was raised (purged memory was being refaulted).
  *
  * Cost: one madvise per batch, against FRESH_BATCH / 4 KiB page faults of
  * about a microsecond each that the carve already pays.
@@ -604,9 +602,10 @@ static bool fresh_pays_in_full(uint64_t bytes)
 {
 	if (bytes < FRESH_BATCH || vmap_opt.lazy_max ||
 	    __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED) > vmap_lazy_max)
-		return false; /* (raised: purged memory was being refaulted) */
+		return false;
 	uint64_t cached = approx(VMAP_STAT_cached_bytes);
-	if (bytes < cached + approx(VMAP_STAT_thread_cached_bytes))
+	if (bytes < cached + approx(VMAP_STAT_thread_cached_bytes) ||
+	    bytes < vmap_cached_area_bound() << (VMAP_PAGE_SHIFT + 1))
 		return false;
 	vmap_cache_drain_self(vmap_os_now_ns());
 	cached = approx(VMAP_STAT_cached_bytes);

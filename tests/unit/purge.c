@@ -387,6 +387,28 @@ Test(purge, a_fresh_block_smaller_than_the_cache_keeps_the_fragments)
 	vmap_range_free(q, "free");
 }
 
+Test(purge, a_fresh_block_near_the_size_of_a_cached_one_keeps_the_cache)
+{
+	/* Blocks of 5-25 MiB replaced at random: the next block is as likely
+	 * to fit what is cached as this one was not to.  A fresh area larger
+	 * than the cache but not twice its largest area keeps it. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000", NULL};
+	range_setup(env);
+	vmap_lazy_max = vmap_lazy_limit = MiB;
+	void *live[3];
+	live[0] = alloc_ok(2 * MiB);
+	void *freed = alloc_ok(2 * MiB);
+	live[1] = alloc_ok(2 * MiB);
+	vmap_range_free(freed, "free"); /* one resident run of 2 MiB, between live blocks */
+	int64_t before = cached_anywhere();
+	cr_assert(before >= (int64_t)(2 * MiB), "%ld cached", (long)before);
+	live[2] = alloc_ok(3 * MiB); /* fresh: more than the cache, not twice its area */
+	cr_assert_eq(ctr(VMAP_STAT_purges), 0, "purged %ld bytes", (long)ctr(VMAP_STAT_purged_bytes));
+	cr_assert_eq(cached_anywhere(), before);
+	for (int i = 0; i < 3; i++)
+		vmap_range_free(live[i], "free");
+}
+
 Test(purge, the_limit_grows_with_the_peak_when_the_big_block_is_freed_each_time)
 {
 	/* bench realloc: grow to a big block, free it, again.  The pressure comes
