@@ -41,11 +41,10 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
-
 #include "cache.h"
 #include "counter.h"
 #include "options.h"
-#include "range.h"
+#include "range_impl.h"
 
 #define PURGE_MAX_VICTIMS 1024 /* also UIO_MAXIOV: one process_madvise per round */
 #define REFAULT_WINDOW_NS (50 * 1000000ull)
@@ -582,8 +581,16 @@ void vmap_purge_maybe(uint64_t now)
  * program's heap and not with what the cache holds.  A program whose blocks
  * fit the cache carves nothing fresh and keeps it all (the pressure limit and
  * the age purge bound it).  The calling thread's own cache is drained into
- * the pools first, where carves reuse it and the purge reaches it; other threads' caches are out of reach (bounded by
- * VMAPALLOC_CACHE_BYTES each, and drained when idle).
+ * the pools first, where carves reuse it and the purge reaches it; other
+ * threads' caches are out of reach (bounded by VMAPALLOC_CACHE_BYTES each,
+ * and drained when idle).
+ *
+ * The floor of the bytes in use is for the fragments of a heap of random
+ * sizes, which its next requests reuse.  A fresh area at least as large as
+ * everything cached (thread caches included) and twice the largest cached
+ * area is not such a request: it pays at once for the whole cache, down to
+ * FRESH_FLOOR (never more than the carve faults in), unless the pressure
+ * limit was raised (purged memory was being refaulted).
  *
  * Cost: one madvise per batch, against FRESH_BATCH / 4 KiB page faults of
  * about a microsecond each that the carve already pays.
@@ -591,8 +598,26 @@ void vmap_purge_maybe(uint64_t now)
 #define FRESH_BATCH (256u << 10)
 #define FRESH_FLOOR (vmap_lazy_max / 32)
 
+static bool fresh_pays_in_full(uint64_t bytes)
+{
+	if (bytes < FRESH_BATCH || vmap_opt.lazy_max ||
+	    __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED) > vmap_lazy_max)
+		return false;
+	uint64_t cached = approx(VMAP_STAT_cached_bytes);
+	if (bytes < cached + approx(VMAP_STAT_thread_cached_bytes) ||
+	    bytes < vmap_cached_area_bound() << (VMAP_PAGE_SHIFT + 1))
+		return false;
+	vmap_cache_drain_self(vmap_os_now_ns());
+	cached = approx(VMAP_STAT_cached_bytes);
+	if (cached > FRESH_FLOOR)
+		purge(PURGE_FRESH, vmap_os_now_ns(), cached - FRESH_FLOOR);
+	return true;
+}
+
 void vmap_purge_fresh(uint64_t bytes)
 {
+	if (fresh_pays_in_full(bytes))
+		return;
 	if (__atomic_add_fetch(&vmap_fresh_debt, bytes, __ATOMIC_RELAXED) < FRESH_BATCH)
 		return;
 	uint64_t debt = __atomic_exchange_n(&vmap_fresh_debt, 0, __ATOMIC_RELAXED);

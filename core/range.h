@@ -116,7 +116,7 @@ struct vmap_shard {
 	 * the lock word: no extra cache line), read by the report without it. */
 	uint64_t lock_acquisitions, lock_contended;
 	unsigned id;
-	uint64_t free_bin_mask[VMAP_RUN_LISTS]; /* bit b set = bin b non-empty */
+	uint64_t free_bin_mask[VMAP_RUN_LISTS]; /* bit b set = bin b non-empty (relaxed stores) */
 	uintptr_t free_bin[VMAP_RUN_LISTS][VMAP_FREE_BINS];
 	uint64_t free_pages[VMAP_RUN_LISTS];
 	uint64_t cached_bytes;            /* pooled areas + dirty runs, under lock */

@@ -111,6 +111,23 @@ static inline unsigned list_of(bool big, unsigned state)
 	return vmap_run_list(big, state);
 }
 
+/* An upper bound of the largest area cached, in pages, read without the
+ * shard locks (the bin masks are stored relaxed): pooled areas have at most
+ * vmap_pool_exact pages, thread-cached ones at most 257 (cache.c), resident
+ * runs of bin b (dirty or protected) fewer than 2^(b+1). */
+static inline uint64_t vmap_cached_area_bound(void)
+{
+	uint64_t bound = vmap_pool_exact > 257 ? vmap_pool_exact : 257;
+	for (unsigned i = 0; i < vmap_nshards; i++)
+		for (unsigned k = 0; k < 4; k++) {
+			unsigned li = list_of(k & 1, k < 2 ? VMAP_RUN_DIRTY : VMAP_RUN_PROTECTED);
+			uint64_t m = __atomic_load_n(&vmap_shards[i].free_bin_mask[li], __ATOMIC_RELAXED);
+			if (m && (2ull << log2_floor(m)) > bound)
+				bound = 2ull << log2_floor(m);
+		}
+	return bound;
+}
+
 /* Whether runs in states a and b merge: when they are the same, and zero
  * with guarded (into a guarded run).  Both are unused address space with no
  * page resident; carving from a guarded run removes the markers of what it

@@ -39,7 +39,7 @@ static void bin_push(struct vmap_shard *s, unsigned li, struct vmap_pte *e, uint
 	if (head)
 		vmap_pte_of(vmap_region_of(head), head)->prev = a;
 	s->free_bin[li][b] = a;
-	s->free_bin_mask[li] |= 1ull << b;
+	__atomic_store_n(&s->free_bin_mask[li], s->free_bin_mask[li] | 1ull << b, __ATOMIC_RELAXED);
 }
 
 static void bin_remove(struct vmap_shard *s, unsigned li, struct vmap_pte *e, uint64_t pages)
@@ -52,7 +52,8 @@ static void bin_remove(struct vmap_shard *s, unsigned li, struct vmap_pte *e, ui
 	if (e->next)
 		vmap_pte_of(vmap_region_of(e->next), e->next)->prev = e->prev;
 	if (!s->free_bin[li][b])
-		s->free_bin_mask[li] &= ~(1ull << b);
+		__atomic_store_n(&s->free_bin_mask[li], s->free_bin_mask[li] & ~(1ull << b),
+				 __ATOMIC_RELAXED);
 }
 
 /* Writes the head and tail tags of a free run and files it in its bin. */

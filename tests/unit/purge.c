@@ -332,6 +332,83 @@ Test(purge, a_cache_smaller_than_the_bytes_in_use_is_not_purged_under_pressure)
 		  (long)ctr(VMAP_STAT_cached_bytes), (unsigned long)vmap_lazy_limit);
 }
 
+/* Fragments of 256 KiB cached between live blocks of the same size (none can
+ * merge with another), 2 MiB in all, beside 4 MiB more in use: under the
+ * bytes in use, so neither pressure nor a small fresh carve purges them. */
+enum { FRAGS = 8 };
+static void *frag_live[FRAGS], *frag_big;
+
+static void cache_fragments(void)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000", NULL};
+	range_setup(env);
+	vmap_lazy_max = vmap_lazy_limit = MiB; /* FRESH_FLOOR: 32 KiB */
+	void *freed[FRAGS];
+	frag_big = alloc_ok(4 * MiB);
+	for (int i = 0; i < FRAGS; i++) {
+		freed[i] = alloc_ok(256 * KiB);
+		frag_live[i] = alloc_ok(256 * KiB);
+	}
+	for (int i = 0; i < FRAGS; i++)
+		vmap_range_free(freed[i], "free");
+	cr_assert_eq(ctr(VMAP_STAT_purges), 0);
+}
+
+static int64_t cached_anywhere(void)
+{
+	return ctr(VMAP_STAT_cached_bytes) + ctr(VMAP_STAT_thread_cached_bytes);
+}
+
+Test(purge, a_fresh_block_larger_than_the_cache_pays_for_all_of_it)
+{
+	/* CPython's json.dumps joins an 8 MiB string while the last round's
+	 * blocks are cached: no cached area could serve it, and resident memory
+	 * is at its peak.  The cache goes, bytes in use or not. */
+	cache_fragments();
+	int64_t before = cached_anywhere();
+	cr_assert(before >= (int64_t)(2 * MiB), "%ld cached", (long)before);
+	void *q = alloc_ok(3 * MiB); /* fresh: more than the 2 MiB cached */
+	cr_assert(cached_anywhere() <= (int64_t)(MiB / 32), "%ld still cached",
+		  (long)cached_anywhere());
+	cr_assert_geq(ctr(VMAP_STAT_purged_bytes), before - (int64_t)(MiB / 32));
+	vmap_range_free(q, "free");
+}
+
+Test(purge, a_fresh_block_smaller_than_the_cache_keeps_the_fragments)
+{
+	/* A heap of random sizes: the fragments are what its next requests
+	 * reuse; a fresh block that some of them could have served does not
+	 * purge them while the cache stays under the bytes in use. */
+	cache_fragments();
+	int64_t before = cached_anywhere();
+	void *q = alloc_ok(512 * KiB); /* fresh: no 256 KiB fragment fits */
+	cr_assert_eq(ctr(VMAP_STAT_purges), 0, "purged %ld bytes", (long)ctr(VMAP_STAT_purged_bytes));
+	cr_assert_eq(cached_anywhere(), before);
+	vmap_range_free(q, "free");
+}
+
+Test(purge, a_fresh_block_near_the_size_of_a_cached_one_keeps_the_cache)
+{
+	/* Blocks of 5-25 MiB replaced at random: the next block is as likely
+	 * to fit what is cached as this one was not to.  A fresh area larger
+	 * than the cache but not twice its largest area keeps it. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000", NULL};
+	range_setup(env);
+	vmap_lazy_max = vmap_lazy_limit = MiB;
+	void *live[3];
+	live[0] = alloc_ok(2 * MiB);
+	void *freed = alloc_ok(2 * MiB);
+	live[1] = alloc_ok(2 * MiB);
+	vmap_range_free(freed, "free"); /* one resident run of 2 MiB, between live blocks */
+	int64_t before = cached_anywhere();
+	cr_assert(before >= (int64_t)(2 * MiB), "%ld cached", (long)before);
+	live[2] = alloc_ok(3 * MiB); /* fresh: more than the cache, not twice its area */
+	cr_assert_eq(ctr(VMAP_STAT_purges), 0, "purged %ld bytes", (long)ctr(VMAP_STAT_purged_bytes));
+	cr_assert_eq(cached_anywhere(), before);
+	for (int i = 0; i < 3; i++)
+		vmap_range_free(live[i], "free");
+}
+
 Test(purge, the_limit_grows_with_the_peak_when_the_big_block_is_freed_each_time)
 {
 	/* bench realloc: grow to a big block, free it, again.  The pressure comes
