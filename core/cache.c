@@ -47,7 +47,7 @@
 #include "counter.h"
 #include "options.h"
 
-#define CACHE_MAX_PAGES 257 /* 1 MiB + guard */
+#define CACHE_MAX_PAGES VMAP_CACHE_MAX_PAGES
 
 struct vmap_tcache {
 	struct vmap_tcache *next_free; /* on the recycle list */

@@ -130,6 +130,8 @@ extern unsigned vmap_nshards;
 extern uint64_t vmap_lazy_max;
 extern uint64_t vmap_lazy_limit; /* the adaptive pressure limit (purge.c) */
 extern uint64_t vmap_pool_exact; /* areas of up to this many pages are pooled */
+/* Thread caches (cache.c) hold areas of up to this many pages (1 MiB + guard). */
+#define VMAP_CACHE_MAX_PAGES 257
 
 /* The first region's slab descriptors, for free()'s fast path (alloc.c):
  * one compare tells a pointer in that region, and the descriptor is one

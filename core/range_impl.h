@@ -113,11 +113,12 @@ static inline unsigned list_of(bool big, unsigned state)
 
 /* An upper bound of the largest area cached, in pages, read without the
  * shard locks (the bin masks are stored relaxed): pooled areas have at most
- * vmap_pool_exact pages, thread-cached ones at most 257 (cache.c), resident
+ * vmap_pool_exact pages, thread-cached ones at most VMAP_CACHE_MAX_PAGES, resident
  * runs of bin b (dirty or protected) fewer than 2^(b+1). */
 static inline uint64_t vmap_cached_area_bound(void)
 {
-	uint64_t bound = vmap_pool_exact > 257 ? vmap_pool_exact : 257;
+	uint64_t bound = vmap_pool_exact > VMAP_CACHE_MAX_PAGES ? vmap_pool_exact
+							 : VMAP_CACHE_MAX_PAGES;
 	for (unsigned i = 0; i < vmap_nshards; i++)
 		for (unsigned k = 0; k < 4; k++) {
 			unsigned li = list_of(k & 1, k < 2 ? VMAP_RUN_DIRTY : VMAP_RUN_PROTECTED);
