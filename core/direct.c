@@ -48,12 +48,6 @@ static inline bool direct_add(enum vmap_direct_kind k)
 	return __builtin_expect(--vmap_local.budget < 0, 0);
 }
 
-static inline void direct_count(enum vmap_direct_kind k)
-{
-	if (direct_add(k))
-		direct_tick();
-}
-
 /* A mimalloc malloc's turn to tick: its block, one in VMAP_LOCAL_BATCH,
  * says where mimalloc is placing blocks.  From the range's last segment, or
  * from a segment mimalloc mapped itself (the range being full): every 32nd
@@ -64,7 +58,7 @@ __attribute__((noinline, cold)) static void direct_tick_mi(const void *p)
 {
 	static __thread unsigned n;
 	direct_tick();
-	if (!vmap_mi_in_room(p) && vmap_mi_len && !(++n & 31))
+	if (!vmap_mi_in_room(p) && !(++n & 31)) /* no range: grow returns at once */
 		vmap_mimalloc_grow();
 }
 
@@ -81,7 +75,8 @@ __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 		} else {
 			void *p = vmap_libc.malloc(size);
 			if (__builtin_expect(p != NULL, 1)) {
-				direct_count(VMAP_DIRECT_GLIBC_MALLOC);
+				if (direct_add(VMAP_DIRECT_GLIBC_MALLOC))
+					direct_tick();
 				return p;
 			}
 		}
