@@ -3,7 +3,7 @@
  *
  * Without it, cached memory goes back on the allocator's own calls: under
  * pressure at once, and by age on the first calls after the delay
- * (purge.c, alloc.c's fold of every 128th call).  A program that frees a
+ * (purge_policy.c, alloc.c's fold of every 128th call).  A program that frees a
  * burst of large blocks and then goes quiet -- a daemon between two
  * requests -- makes no such call, and keeps the cache until it wakes.  The
  * purger thread makes the calls for it: every half delay it runs

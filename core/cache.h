@@ -26,7 +26,7 @@ bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages);
 /* Sends what the calling thread's cache holds to the shards' pools, stamped
  * `stamp` (0: as old as can be).  For the purges that must reach
  * it: fork (the copy would pay for it) and fresh memory carved while it holds
- * areas that did not fit (purge.c, vmap_purge_fresh). */
+ * areas that did not fit (purge_policy.c, vmap_purge_fresh). */
 void vmap_cache_drain_self(uint64_t stamp);
 /* At thread exit: drains the thread's cache for good. */
 void vmap_cache_thread_exit(void);

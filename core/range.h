@@ -3,7 +3,7 @@
  *
  * The layer's interface: arena.c (regions, chunks, shards), runs.c (free
  * runs), vm.c (page states), pool.c (per-size pools), cache.c (thread
- * caches), purge.c (lazy purge), large.c (alloc, free, resize, set-up),
+ * caches), purge_policy.c and purge.c (lazy purge), large.c (alloc, free, resize, set-up),
  * move.c (realloc by moving pages) and range_check.c (the debug check).
  * The rest of the core uses the vmap_range_* functions, mmap.c also the
  * pieces marked for it; what the layer's files share among themselves
@@ -77,7 +77,7 @@ void *vmap_range_move(void *p, size_t size, bool *moved);
 int vmap_move_undo(void *p, void *q, size_t len);
 bool vmap_range_owns(const void *p);
 size_t vmap_range_purge(bool all);
-/* Areas carved from memory that faults (purge.c reads it: refaulting). */
+/* Areas carved from memory that faults (purge_policy.c reads it: refaulting). */
 extern uint64_t vmap_fresh_carves;
 /* Before fork: the cache the copy would pay for goes (fork.c), but for the
  * lazily unmapped pieces, whose PROT_NONE a child keeps where guard markers
@@ -128,7 +128,7 @@ struct vmap_shard {
 extern struct vmap_shard *vmap_shards;
 extern unsigned vmap_nshards;
 extern uint64_t vmap_lazy_max;
-extern uint64_t vmap_lazy_limit; /* the adaptive pressure limit (purge.c) */
+extern uint64_t vmap_lazy_limit; /* the adaptive pressure limit (purge_policy.c) */
 extern uint64_t vmap_pool_exact; /* areas of up to this many pages are pooled */
 /* Thread caches (cache.c) hold areas of up to this many pages (1 MiB + guard). */
 #define VMAP_CACHE_MAX_PAGES 257
@@ -181,10 +181,10 @@ unsigned vmap_pool_pop_many_locked(struct vmap_shard *s, unsigned pages, uintptr
 				   unsigned max);
 void vmap_purge_maybe(uint64_t now);
 /* After carving `bytes` of fresh (faulting) memory, with no lock held: the
- * cache pays for them, in batches (purge.c). */
+ * cache pays for them, in batches (purge_policy.c). */
 void vmap_purge_fresh(uint64_t bytes);
 /* A free of an area of 2 MiB or more: the largest since the last age purge
- * bounds what a raised pressure limit keeps (purge.c). */
+ * bounds what a raised pressure limit keeps (purge_policy.c). */
 void vmap_purge_note_big_free(uint64_t bytes);
 /* From the allocator's calls, every 128th (alloc.c): the age purge if it is
  * due.  Cheap when it is not: one load and compare. */

@@ -5,7 +5,8 @@
  * use.  range.h is the layer's interface to the rest of the core.
  *
  *   large.c, move.c, range_check.c    alloc/free/resize, moves, the check
- *        |            cache.c, purge.c (thread caches, the lazy purge)
+ *        |            cache.c, purge_policy.c, purge.c (thread caches, the
+ *        |            lazy purge: when, and how)
  *        v
  *   pool.c    runs.c    vm.c          per-size pools, free runs, page states
  *        \       |      /

@@ -1,5 +1,5 @@
 /*
- * range_threads.c — threaded tests of the large allocator and core/purge.c.
+ * range_threads.c — threaded tests of the large allocator and its purge.
  *
  * Linked with the normal core: the VMAP_DEBUG model check walks every shard
  * without their locks, so it may only run at quiescent points, which these
