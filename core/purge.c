@@ -361,7 +361,11 @@ size_t vmap_purge_run(enum vmap_purge_mode mode, uint64_t now, uint64_t amount)
 		if ((mode == PURGE_AGE && n < PURGE_MAX_VICTIMS) || mode == PURGE_FRESH)
 			break;
 	}
-	if (delay)
+	/* A fresh purge takes a few batches' worth and leaves the rest of the
+	 * cache to age: pushing the age purge back at each one kept it from
+	 * ever running while a program grew (and what it had freed long
+	 * before stayed resident). */
+	if (delay && mode != PURGE_FRESH)
 		__atomic_store_n(&vmap_purge_next_ns, now + delay, __ATOMIC_RELAXED);
 	uint64_t spent = vmap_os_now_ns() - now;
 	vmap_unlock(&vmap_purge_lock, VMAP_RANK_PURGE);

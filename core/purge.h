@@ -19,7 +19,8 @@ enum vmap_purge_mode { PURGE_PRESSURE, PURGE_FRESH, PURGE_AGE, PURGE_ALL, PURGE_
  * for PURGE_ALL and PURGE_FORK, which wait). */
 size_t vmap_purge_run(enum vmap_purge_mode mode, uint64_t now, uint64_t amount);
 
-/* When the age purge is next due: every purge sets it one delay ahead. */
+/* When the age purge is next due: every purge but a fresh one sets it one
+ * delay ahead. */
 extern uint64_t vmap_purge_next_ns;
 
 /* The approximate read of a gauge, clamped at 0.  In per-CPU mode the base

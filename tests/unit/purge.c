@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "fake_os.h"
 #include "mmap.h"
+#include "purge.h"
 
 #ifndef MADV_GUARD_REMOVE
 #define MADV_GUARD_REMOVE 103
@@ -550,6 +551,32 @@ Test(purge, age_purge_takes_only_old_areas)
 	cr_assert_eq(vmap_tag_state(tag_of(old)), VMAP_ST_FREE, "old area purged");
 	cr_assert_eq(vmap_tag_state(tag_of(young)), VMAP_ST_CACHED, "young area kept");
 	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), AREA64K);
+}
+
+Test(purge, a_fresh_purge_does_not_postpone_the_age_purge)
+{
+	/* A program that keeps growing carves fresh memory, and each carve's
+	 * purge takes a batch of the oldest areas.  The rest, freed long ago,
+	 * still goes when the delay has passed. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=100", NULL};
+	range_setup(env);
+	void *p[4]; /* of four sizes: four pools, so that the purge takes one */
+	for (int i = 0; i < 4; i++)
+		p[i] = alloc_ok(A64K + (size_t)i * VMAP_PAGE);
+	for (int i = 0; i < 4; i++)
+		vmap_range_free(p[i], "free"); /* the first arms the age purge */
+	int64_t cached = ctr(VMAP_STAT_cached_bytes);
+	uint64_t due = __atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED);
+	cr_assert(due != 0);
+	sleep_ms(60);
+	vmap_purge_run(PURGE_FRESH, vmap_os_now_ns(), (uint64_t)AREA64K);
+	cr_assert_lt(ctr(VMAP_STAT_cached_bytes), cached, "nothing paid");
+	cr_assert_gt(ctr(VMAP_STAT_cached_bytes), 0, "everything paid");
+	cr_assert_eq(__atomic_load_n(&vmap_purge_next_ns, __ATOMIC_RELAXED), due,
+		     "the fresh purge moved the age purge back");
+	sleep_ms(70);
+	vmap_purge_maybe(vmap_os_now_ns());
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), 0, "the old areas went with age");
 }
 
 Test(purge, zero_delay_never_purges_by_age)
