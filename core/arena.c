@@ -375,26 +375,45 @@ static bool unlend_locked(size_t n)
 	return false;
 }
 
+static bool unused_state(unsigned st)
+{
+	return st == VMAP_RUN_ZERO || st == VMAP_RUN_GUARDED;
+}
+
 void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 {
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
 	struct vmap_region *r = vmap_region_of(run);
-	struct vmap_pte *e = vmap_pte_of(r, run);
-	uint64_t t = e->tag, pages = vmap_tag_pages(t);
-	unsigned state = vmap_tag_run_state(t);
-	if (pages < VMAP_CHUNK_PAGES || (state != VMAP_RUN_ZERO && state != VMAP_RUN_GUARDED))
+	uint64_t t = vmap_pte_of(r, run)->tag;
+	if (!unused_state(vmap_tag_run_state(t)))
 		return; /* the common case: one compare */
-	/*
-	 *   run:     [ lead |  chunk  |  chunk  | tail ]
-	 *   kept:    [ lead ]                   [ tail ]   (free runs of s, its state)
-	 *   given:          [ owner 0 | owner 0 ]          (tags all 0)
+	/* Zero and guarded runs touch without merging (runs.c): the chunks a
+	 * row of them covers go back as if one run covered them.  A row has
+	 * three runs at most ([ zero | G | zero ]: a zero run between two
+	 * guarded ones joins them); bounded all the same.
+	 *
+	 *   runs:    [ zero |  G  |  chunk  |  chunk  | zero ]
+	 *   kept:    [ zero |G]                        [zero]   (free runs of s, their states)
+	 *   given:            [ owner 0 | owner 0 ]            (tags all 0)
 	 */
-	uintptr_t end = run + (pages << VMAP_PAGE_SHIFT);
-	uintptr_t cs = (run + VMAP_CHUNK - 1) & ~(uintptr_t)(VMAP_CHUNK - 1);
+	enum { ROW_MAX = 8 };
+	bool big = t & VMAP_TAG_BIG;
+	unsigned st;
+	uintptr_t start = run, end = run + (vmap_tag_pages(t) << VMAP_PAGE_SHIFT), x;
+	for (int i = 0; i < ROW_MAX && (x = vmap_run_before(s, r, start, big, &st)) && unused_state(st); i++)
+		start = x;
+	for (int i = 0; i < ROW_MAX && vmap_run_at(s, r, end, big, &st) && unused_state(st); i++)
+		end += vmap_tag_pages(vmap_pte_of(r, end)->tag) << VMAP_PAGE_SHIFT;
+	uintptr_t cs = (start + VMAP_CHUNK - 1) & ~(uintptr_t)(VMAP_CHUNK - 1);
 	uintptr_t ce = end & ~(uintptr_t)(VMAP_CHUNK - 1);
 	if (ce <= cs)
 		return;
-	bool big = t & VMAP_TAG_BIG;
+	bool guarded = false;
+	for (uintptr_t a = start; a < end; a += vmap_tag_pages(t) << VMAP_PAGE_SHIFT) {
+		t = vmap_pte_of(r, a)->tag;
+		uintptr_t b = a + (vmap_tag_pages(t) << VMAP_PAGE_SHIFT);
+		guarded |= vmap_tag_run_state(t) == VMAP_RUN_GUARDED && a < ce && b > cs;
+	}
 	/* The chunks are mapped again, read-write (one call per 64 MiB
 	 * returned, rare; the one system call made under a shard lock).
 	 * Writable, not PROT_NONE as reserved: the arena's writable part stays
@@ -407,12 +426,11 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	 *    in reaches into them, and purging the block splits it and frees
 	 *    only the block's range;
 	 *  - MADV_HUGEPAGE: it comes back at the next claim.
-	 * A guarded run's chunks (pages the program unmapped, which must keep
-	 * faulting as the kernel's unmapped pages do) are mapped PROT_NONE
-	 * instead, as reserved: the claim makes them writable again.  If that
-	 * fails (the VMA limit), a guarded run stays as it is, a huge-page
-	 * chunk's pages are dropped and the rest stays as it was. */
-	bool guarded = state == VMAP_RUN_GUARDED;
+	 * Chunks with pages the program unmapped (which must keep faulting as
+	 * the kernel's unmapped pages do) are mapped PROT_NONE instead, as
+	 * reserved: the claim makes them writable again.  If that fails (the
+	 * VMA limit), the runs stay as they are, a huge-page chunk's pages are
+	 * dropped and the rest stays as it was. */
 	bool remapped = guarded ? !vmap_os_is_err(vmap_os_mmap((void *)cs, ce - cs, PROT_NONE,
 								 MAP_PRIVATE | MAP_ANONYMOUS |
 									 MAP_FIXED | MAP_NORESERVE,
@@ -420,12 +438,21 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 				: vmap_os_map_fresh((void *)cs, ce - cs) == 0;
 	if (!remapped && guarded)
 		return;
-	uint64_t stamp = e->stamp;
-	vmap_run_take_locked(s, e, t);
-	if (cs > run)
-		vmap_run_set_locked(s, r, run, (cs - run) >> VMAP_PAGE_SHIFT, state, big, stamp);
-	if (end > ce)
-		vmap_run_set_locked(s, r, ce, (end - ce) >> VMAP_PAGE_SHIFT, state, big, stamp);
+	for (uintptr_t a = start, b; a < end; a = b) {
+		struct vmap_pte *e = vmap_pte_of(r, a);
+		t = e->tag;
+		b = a + (vmap_tag_pages(t) << VMAP_PAGE_SHIFT);
+		uint64_t stamp = e->stamp;
+		unsigned state = vmap_tag_run_state(t);
+		vmap_run_take_locked(s, e, t);
+		if (a < cs)
+			vmap_run_set_locked(s, r, a, ((b < cs ? b : cs) - a) >> VMAP_PAGE_SHIFT, state,
+					    big, stamp);
+		if (b > ce) {
+			uintptr_t k = a > ce ? a : ce;
+			vmap_run_set_locked(s, r, k, (b - k) >> VMAP_PAGE_SHIFT, state, big, stamp);
+		}
+	}
 	if (!remapped && big)
 		vmap_os_madvise((void *)cs, ce - cs, MADV_DONTNEED);
 	/* The chunks' slices of the page table and of the slab descriptors

@@ -226,8 +226,12 @@ static void reinsert(unsigned n, int advice)
 			vmap_chunks_give_back_locked(s, run);
 		/* Whole 2 MiB spans the victim completes lose their page tables
 		 * (vm.c): fork would copy them, empty.  Not when chunks went back:
-		 * that mapped them afresh already. */
-		if (state == VMAP_RUN_ZERO && vmap_pte_of(vmap_region_of(run), run)->tag == merged)
+		 * that mapped them afresh already; nor when the victim joined two
+		 * guarded runs: that mapped the run afresh PROT_NONE, and a span
+		 * mapped writable would take the faults from pages the program
+		 * unmapped. */
+		if (vmap_tag_run_state(merged) == VMAP_RUN_ZERO &&
+		    vmap_pte_of(vmap_region_of(run), run)->tag == merged)
 			vmap_zero_spans_locked(run, victims[i].a,
 					       victims[i].a + (victims[i].pages << VMAP_PAGE_SHIFT));
 	}
@@ -267,7 +271,9 @@ static void give_back_whole(struct vmap_shard *s)
 	enum { MAX = 256 };
 	uintptr_t runs[MAX];
 	unsigned n = 0;
-	unsigned from = (unsigned)__builtin_ctzll(VMAP_CHUNK_PAGES); /* the bin of a chunk */
+	/* A row of at most three runs covers a chunk (arena.c): one of them
+	 * has a third of it at least, two bins below the chunk's. */
+	unsigned from = (unsigned)__builtin_ctzll(VMAP_CHUNK_PAGES) - 2;
 	for (unsigned l = 0; l < 4; l++) {
 		unsigned li = vmap_run_list(l & 1, l < 2 ? VMAP_RUN_ZERO : VMAP_RUN_GUARDED);
 		for (unsigned b = from; b < VMAP_FREE_BINS && n < MAX; b++)

@@ -66,9 +66,7 @@ void vmap_range_check(void)
 			}
 			bool big = t & VMAP_TAG_BIG;
 			unsigned rs = vmap_tag_run_state(t);
-			/* (zero and guarded runs merge too: states_merge) */
-			unsigned ms = rs == VMAP_RUN_GUARDED ? VMAP_RUN_ZERO : rs;
-			uint64_t key = (uint64_t)sh * VMAP_RUN_LISTS + list_of(big, ms);
+			uint64_t key = (uint64_t)sh * VMAP_RUN_LISTS + list_of(big, rs);
 			if (st == VMAP_ST_FREE) {
 				if (prev_free == key)
 					check_fail("two adjacent free runs were not merged", a);

@@ -72,6 +72,12 @@ uintptr_t vmap_carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, siz
 			      unsigned *state_out, uint64_t *resident_out, bool resident_only);
 uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align);
 bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state);
+/* The free run of s and kind big that ends right before a / starts at a,
+ * and its *state; or 0. */
+uintptr_t vmap_run_before(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, bool big,
+			 unsigned *state);
+uintptr_t vmap_run_at(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, bool big,
+		     unsigned *state);
 void vmap_guard_page(uintptr_t area, uint64_t pages, int advice);
 extern bool vmap_guard_on;
 void vmap_pools_to_runs_locked(struct vmap_shard *s);
@@ -130,19 +136,11 @@ static inline uint64_t vmap_cached_area_bound(void)
 	return bound;
 }
 
-/* Whether runs in states a and b merge: when they are the same, and zero
- * with guarded (into a guarded run).  Both are unused address space with no
- * page resident; carving from a guarded run removes the markers of what it
- * takes (MADV_GUARD_REMOVE, or mprotect on older kernels), which on pages
- * that have none costs a walk of the range.  Kept apart, the pieces the
- * program unmapped and the purged blocks between them cut the address space
- * into runs too small for the next large request (pieces of huge-page
- * chunks that no larger block fitted), and new address space was claimed
- * instead, region after region. */
+/* Whether runs in states a and b merge when they touch: when they are the
+ * same.  (A zero run between two guarded runs joins them: runs.c.) */
 static inline bool states_merge(unsigned a, unsigned b)
 {
-	return a == b || (a == VMAP_RUN_ZERO && b == VMAP_RUN_GUARDED) ||
-	       (a == VMAP_RUN_GUARDED && b == VMAP_RUN_ZERO);
+	return a == b;
 }
 
 

@@ -8,7 +8,7 @@
  *    and at the tail of a free run (pte.h).  Interior and freed addresses
  *    therefore fail the O(1) check in free().
  *  - Free runs merge only with runs of the same shard and kind (small/big),
- *    and of the same state; zero and guarded runs merge into guarded.
+ *    and of the same state; a zero run between two guarded runs joins them.
  *  - A guarded run made of more than one piece is one PROT_NONE mapping
  *    (guard_whole; or, where the kernel refused, pages that fault all the
  *    same): it cuts at most two VMAs out of the arena's, which is what
@@ -141,11 +141,6 @@ static void guard_whole(uintptr_t a, uint64_t pages)
 	vmap_run_drop_records_locked(a, a, a + ((uintptr_t)pages << VMAP_PAGE_SHIFT));
 }
 
-static unsigned merged_state(unsigned a, unsigned b)
-{
-	return a == b ? a : VMAP_RUN_GUARDED;
-}
-
 /* Runs merge only within one shard and one kind (and states_merge). */
 bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state)
 {
@@ -153,46 +148,104 @@ bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state)
 	       states_merge(vmap_tag_run_state(t), state);
 }
 
-/* Files [start, start+pages) as a free run in `state`, merged with the free
- * runs around it; returns the merged run's start.
+/* The free run of s and kind `big` that ends right before a: its start and
+ * *state, or 0.  (Atomic reads: another shard's insert may read the same
+ * tags as its run's neighbours; never mergeable: another shard's.) */
+uintptr_t vmap_run_before(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, bool big,
+			 unsigned *state)
+{
+	if (a <= r->base)
+		return 0;
+	uint64_t lt = __atomic_load_n(&vmap_pte_of(r, a)[-1].tag, __ATOMIC_RELAXED);
+	unsigned st = vmap_tag_state(lt);
+	if (!(st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) ||
+	    vmap_tag_shard(lt) != s->id || !!(lt & VMAP_TAG_BIG) != big)
+		return 0;
+	*state = vmap_tag_run_state(lt);
+	return a - (vmap_tag_pages(lt) << VMAP_PAGE_SHIFT);
+}
+
+/* The free run of s and kind `big` that starts at a, and *state, or 0. */
+uintptr_t vmap_run_at(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, bool big,
+		     unsigned *state)
+{
+	if (a >= r->base + r->size)
+		return 0;
+	uint64_t t = __atomic_load_n(&vmap_pte_of(r, a)->tag, __ATOMIC_RELAXED);
+	if (vmap_tag_state(t) != VMAP_ST_FREE || vmap_tag_shard(t) != s->id ||
+	    !!(t & VMAP_TAG_BIG) != big)
+		return 0;
+	*state = vmap_tag_run_state(t);
+	return a;
+}
+
+/* Takes the free run at a out of its bin; returns its pages. */
+static uint64_t take(struct vmap_shard *s, struct vmap_region *r, uintptr_t a)
+{
+	struct vmap_pte *e = vmap_pte_of(r, a);
+	uint64_t t = e->tag;
+	vmap_run_take_locked(s, e, t);
+	return vmap_tag_pages(t);
+}
+
+/*
+ * Files [start, start+pages) as a free run in `state`, merged with the free
+ * runs around it in the same state; returns the merged run's start.
  *
- *   before:  [ run | inserted | run ]     (mergeable neighbours)
- *   after:   [          run          ]    (guarded: one PROT_NONE mapping)
+ * A zero run between two guarded runs joins them (a bridge): one PROT_NONE
+ * mapping where there were two pieces, two VMAs fewer (CPython's freed
+ * arenas, with the purged blocks between them, made thousands of pieces).
+ * A zero run beside one guarded run only stays apart: joining it would
+ * save no VMA, and it made the whole rest of a chunk one PROT_NONE mapping,
+ * which every area carved from it had to make usable again and which slabs
+ * (64 KiB aligned) cut into as many pieces as slabs; a mapping made afresh
+ * there and faulted in no longer merges with the arena's VMAs either.
+ *
+ *   before:  [ G | zero | G ]    (G: guarded; the inserted run any of the three)
+ *   after:   [      G       ]    (one PROT_NONE mapping: guard_whole)
  */
 uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_t pages,
 				  unsigned state, bool big, uint64_t now)
 {
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
 	struct vmap_region *r = vmap_region_of(start);
-	struct vmap_pte *e = vmap_pte_of(r, start);
 	const uint64_t inserted = pages;
 	/* Atomic: another shard's insert may read it as its run's right
 	 * neighbour (never mergeable: another shard's). */
-	__atomic_store_n(&e->tag, 0, __ATOMIC_RELAXED);
-	/* Merge with a free run that ends just before us. */
-	if (start > r->base) {
-		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
-		unsigned st = vmap_tag_state(lt);
-		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
-		    vmap_run_mergeable(lt, s->id, big, state)) {
-			uint64_t lp = vmap_tag_pages(lt);
-			uintptr_t ls = start - (lp << VMAP_PAGE_SHIFT);
-			struct vmap_pte *le = vmap_pte_of(r, ls);
-			state = merged_state(state, vmap_tag_run_state(le->tag));
-			vmap_run_take_locked(s, le, le->tag);
-			start = ls;
-			pages += lp;
-		}
+	__atomic_store_n(&vmap_pte_of(r, start)->tag, 0, __ATOMIC_RELAXED);
+	unsigned ls, rs, fs;
+	uintptr_t l = vmap_run_before(s, r, start, big, &ls);
+	if (l && ls == state) {
+		pages += take(s, r, l);
+		start = l;
 	}
-	/* Merge with a free run that starts just after us. */
 	uintptr_t end = start + (pages << VMAP_PAGE_SHIFT);
-	if (end < r->base + r->size) {
-		struct vmap_pte *re = vmap_pte_of(r, end);
-		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED);
-		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_run_mergeable(rt, s->id, big, state)) {
-			state = merged_state(state, vmap_tag_run_state(rt));
-			vmap_run_take_locked(s, re, rt);
-			pages += vmap_tag_pages(rt);
+	uintptr_t n = vmap_run_at(s, r, end, big, &rs);
+	if (n && rs == state) {
+		pages += take(s, r, n);
+		end = start + (pages << VMAP_PAGE_SHIFT);
+	}
+	if (state == VMAP_RUN_ZERO) {
+		l = vmap_run_before(s, r, start, big, &ls);
+		n = vmap_run_at(s, r, end, big, &rs);
+		if (l && n && ls == VMAP_RUN_GUARDED && rs == VMAP_RUN_GUARDED) {
+			pages += take(s, r, l) + take(s, r, n);
+			start = l;
+			state = VMAP_RUN_GUARDED;
+		}
+	} else if (state == VMAP_RUN_GUARDED) {
+		l = vmap_run_before(s, r, start, big, &ls);
+		uintptr_t f = l && ls == VMAP_RUN_ZERO ? vmap_run_before(s, r, l, big, &fs) : 0;
+		if (f && fs == VMAP_RUN_GUARDED) {
+			pages += take(s, r, l) + take(s, r, f);
+			start = f;
+		}
+		n = vmap_run_at(s, r, end, big, &rs);
+		if (n && rs == VMAP_RUN_ZERO) {
+			uint64_t np = vmap_tag_pages(vmap_pte_of(r, n)->tag);
+			f = vmap_run_at(s, r, n + (np << VMAP_PAGE_SHIFT), big, &fs);
+			if (f && fs == VMAP_RUN_GUARDED)
+				pages += take(s, r, n) + take(s, r, f);
 		}
 	}
 	vmap_run_set_locked(s, r, start, pages, state, big, now);
@@ -239,6 +292,22 @@ uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_
 }
 
 /*
+ * Would an area of `pages` at `align` carved from the run at a leave pages
+ * of the run on both sides?  In a run of pages the program unmapped
+ * (protected or guarded: PROT_NONE), that is two PROT_NONE pieces where
+ * there was one: two more VMAs.  A slab (64 KiB aligned, guard page
+ * included) carved at each alignment step cut one such run into dozens, so
+ * such a run is taken only when no other run fits.  Page-aligned requests
+ * never split: they take the run's start.
+ */
+static bool splits(uintptr_t run, uint64_t pages, size_t align)
+{
+	uint64_t m = vmap_tag_pages(vmap_pte_of(vmap_region_of(run), run)->tag);
+	uintptr_t al = (run + align - 1) & ~(uintptr_t)(align - 1);
+	return al != run && al + (pages << VMAP_PAGE_SHIFT) != run + (m << VMAP_PAGE_SHIFT);
+}
+
+/*
  * Carves an area of `pages` pages aligned to `align` bytes from the shard's
  * free runs.  Order: resident (dirty) runs of the request's kind, resident
  * runs of the other kind (memory already faulted in is the cheapest there
@@ -268,9 +337,19 @@ uintptr_t vmap_carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, siz
 		/* small requests may also use the zero lead fragments of big chunks */
 		list_of(true, VMAP_RUN_ZERO),   list_of(!k, VMAP_RUN_GUARDED),
 	};
-	uintptr_t found = 0;
-	for (int i = 0; i < (resident_only ? 4 : 9) && !found; i++)
+	uintptr_t found = 0, split = 0;
+	for (int i = 0; i < (resident_only ? 4 : 9) && !found; i++) {
 		found = vmap_run_find(s, order[i], pages, align);
+		unsigned st = order[i] % 5; /* (vmap_run_list) */
+		if (found && (st == VMAP_RUN_PROTECTED || st == VMAP_RUN_GUARDED) &&
+		    splits(found, pages, align)) {
+			if (!split)
+				split = found;
+			found = 0;
+		}
+	}
+	if (!found && !resident_only)
+		found = split;
 	*resident_out = 0;
 	if (!found)
 		return 0;

@@ -87,7 +87,7 @@ int vmap_unguard(uintptr_t a, uint64_t pages)
  * freed arenas) doubled the cost of every fork.  A fresh PROT_NONE mapping
  * over the pages faults the same way, drops them and the page tables under
  * it, and fork copies nothing of it (no anonymous pages).  A guarded run
- * that merges pieces or zero runs is mapped PROT_NONE whole
+ * that merges pieces (and the zero runs between them) is mapped PROT_NONE whole
  * (runs.c, guard_whole): one VMA, however many pieces went into it, so that
  * each guarded run cuts at most two VMAs out of the arena's.  runs.c counts
  * two per guarded run in vmap_none_vmas, an upper bound that falls when a

@@ -7,6 +7,8 @@
  */
 #include "unit.h"
 
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -804,11 +806,29 @@ static void *served(size_t len)
 	return m;
 }
 
-/* Zero runs and guarded runs (pages the program unmapped) merge, into a
- * guarded run, and an area carved from it is made usable, zero-filled, over
- * its whole length (F22: kept apart, they cut the address space into pieces
- * too small for the next large request). */
-Test(purge, zero_and_guarded_runs_merge_and_are_reused_as_one)
+/* The VMA of /proc/self/maps that holds a: its bounds and permissions. */
+static void maps_vma(uintptr_t a, uintptr_t *lo_out, uintptr_t *hi_out, char out[5])
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	cr_assert(f);
+	unsigned long lo, hi;
+	char perms[5] = "";
+	*lo_out = *hi_out = 0;
+	strcpy(out, "none");
+	while (fscanf(f, "%lx-%lx %4s%*[^\n]", &lo, &hi, perms) == 3)
+		if (a >= lo && a < hi) {
+			*lo_out = lo;
+			*hi_out = hi;
+			memcpy(out, perms, 5);
+			break;
+		}
+	fclose(f);
+}
+
+/* A zero run beside one guarded run (pages the program unmapped) stays
+ * apart: joined, the zero pages became PROT_NONE with nothing gained, and
+ * aligned areas carved there cut the mapping into pieces. */
+Test(purge, a_zero_run_beside_one_guarded_run_stays_apart)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
@@ -824,29 +844,151 @@ Test(purge, zero_and_guarded_runs_merge_and_are_reused_as_one)
 	vmap_range_purge(true); /* a: zero; m: lazily unmapped, now guarded */
 	uint64_t t = tag_of(a);
 	cr_assert_eq(vmap_tag_state(t), VMAP_ST_FREE);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_ZERO);
+	cr_assert_eq(vmap_tag_pages(t), 17);
+	t = tag_of(m);
+	cr_assert_eq(vmap_tag_state(t), VMAP_ST_FREE);
 	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
-	cr_assert_eq(vmap_tag_pages(t), 17 + 16, "one run over the block and the mapping");
-	cr_assert_eq(tag_of(m), 0);
+	cr_assert_eq(vmap_tag_pages(t), 16);
+	char perms[5];
+	maps_perms((uintptr_t)a, perms);
+	cr_assert_str_eq(perms, "rw-p", "the zero run stays writable");
+	vmap_range_free(keep, "free");
+	vmap_range_check();
+}
+
+/* A zero run between two guarded runs joins them: one PROT_NONE mapping
+ * where there were two, and an area carved from the joined run is made
+ * usable, zero-filled, over its whole length. */
+Test(purge, a_zero_run_between_two_guarded_runs_joins_them)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
+	facade_setup(env);
+	char *m1 = served(A64K);
+	void *a = alloc_ok(A64K);
+	char *m2 = served(A64K);
+	void *keep = alloc_ok(A64K); /* the chunk does not go back */
+	cr_assert_eq(a, m1 + A64K, "the block follows the first mapping");
+	cr_assert_eq(m2, (char *)a + AREA64K, "the second mapping follows the block");
+	memset(m1, 1, A64K);
+	memset(a, 2, A64K);
+	memset(m2, 3, A64K);
+	cr_assert_eq(vmap_munmap(m1, A64K), 0);
+	cr_assert_eq(vmap_munmap(m2, A64K), 0);
+	vmap_range_free(a, "free");
+	vmap_range_purge(true); /* m1, m2: guarded; a: zero, between them */
+	uint64_t t = tag_of(m1);
+	cr_assert_eq(vmap_tag_state(t), VMAP_ST_FREE);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
+	cr_assert_eq(vmap_tag_pages(t), 16 + 17 + 16, "one run over the three");
+	cr_assert_eq(tag_of(a), 0);
+	cr_assert_eq(tag_of(m2), 0);
+	uintptr_t lo, hi;
+	char perms[5];
+	maps_vma((uintptr_t)m1, &lo, &hi, perms);
+	cr_assert_str_eq(perms, "---p");
+	cr_assert(lo <= (uintptr_t)m1 && hi >= (uintptr_t)m2 + A64K, "one PROT_NONE mapping");
 	fake_reset();
 	bool zero = false;
-	char *p = vmap_range_alloc(32 * 4096, VMAP_PAGE, &zero);
-	cr_assert_eq(p, (char *)a, "the merged run is reused whole");
+	char *p = vmap_range_alloc(48 * 4096, VMAP_PAGE, &zero);
+	cr_assert_eq(p, m1, "the joined run is reused whole");
 	cr_assert(zero);
-	struct fake_range r[8];
-	if (vmap_guard_markers()) {
-		cr_assert_eq(fake_advised(MADV_GUARD_REMOVE, r, 8), 1);
-		cr_assert_eq(r[0].addr, (uintptr_t)p);
-		cr_assert_eq(r[0].len, 33 * 4096);
-	}
-	cr_assert(all_zero(p, 32 * 4096));
-	memset(p, 3, 32 * 4096); /* writable over the part that was unmapped */
+	cr_assert(all_zero(p, 48 * 4096));
+	memset(p, 4, 48 * 4096); /* writable over the parts that were unmapped */
 	vmap_range_free(p, "free");
 	vmap_range_free(keep, "free");
 	vmap_range_check();
 }
 
+static sigjmp_buf fault_jmp;
+
+static void on_fault(int sig)
+{
+	(void)sig;
+	siglongjmp(fault_jmp, 1);
+}
+
+/* Does reading p fault? */
+static bool faults(const volatile char *p)
+{
+	struct sigaction sa = {.sa_handler = on_fault}, old_segv, old_bus;
+	sigaction(SIGSEGV, &sa, &old_segv);
+	sigaction(SIGBUS, &sa, &old_bus);
+	bool faulted = true;
+	if (!sigsetjmp(fault_jmp, 1)) {
+		(void)*p;
+		faulted = false;
+	}
+	sigaction(SIGSEGV, &old_segv, NULL);
+	sigaction(SIGBUS, &old_bus, NULL);
+	return faulted;
+}
+
+/* A purged block that joins two guarded runs does not make the 2 MiB spans
+ * it reaches into writable afresh (what a zero run's spans get, to drop
+ * their page tables): the span around its start holds pages the program
+ * unmapped, which must keep faulting. */
+Test(purge, a_purge_that_joins_guarded_runs_keeps_their_pages_faulting)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_LAZY_MAX=1M", "VMAPALLOC_CACHE=0", NULL};
+	facade_setup(env);
+	char *m1 = served(1 * MiB); /* > LAZY_MAX / 4: guarded at its munmap */
+	char *a = alloc_ok(3 * MiB);
+	char *m2 = served(1 * MiB);
+	void *keep = alloc_ok(A64K);
+	cr_assert_eq((uintptr_t)m1 & (VMAP_HUGE_PAGE - 1), 0, "the first mapping starts a span");
+	cr_assert_eq(a, m1 + 1 * MiB);
+	cr_assert_eq(m2, a + 3 * MiB + VMAP_PAGE);
+	memset(m1, 1, 1 * MiB);
+	memset(a, 2, 3 * MiB);
+	cr_assert_eq(vmap_munmap(m1, 1 * MiB), 0);
+	cr_assert_eq(vmap_munmap(m2, 1 * MiB), 0);
+	vmap_range_free(a, "free");
+	vmap_range_purge(true);
+	uint64_t t = tag_of(m1);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
+	cr_assert_eq(vmap_tag_pages(t), (5 * MiB >> VMAP_PAGE_SHIFT) + 1, "one run over the three");
+	cr_assert(faults(m1), "the first unmapped page faults");
+	cr_assert(faults(m1 + 1 * MiB - 1), "the last page before the block faults");
+	cr_assert(faults(m2 + 1 * MiB - 1), "the second mapping's last page faults");
+	vmap_range_free(keep, "free");
+	vmap_range_check();
+}
+
+/* An aligned area (a slab's) is not carved inside a run of pages the program
+ * unmapped when another run fits: it would leave a lead and a rest that both
+ * keep faulting, two PROT_NONE pieces where there was one. */
+Test(purge, an_aligned_area_does_not_split_a_guarded_run)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_LAZY_MAX=1M", "VMAPALLOC_CACHE=0", NULL};
+	facade_setup(env);
+	void *b = alloc_ok(VMAP_PAGE);
+	char *m = served(1 * MiB); /* > LAZY_MAX / 4: guarded at its munmap */
+	void *keep = alloc_ok(A64K);
+	cr_assert_eq(m, (char *)b + 2 * VMAP_PAGE, "the mapping follows the block");
+	cr_assert_neq((uintptr_t)m & (A64K - 1), 0, "the mapping is not 64 KiB aligned");
+	cr_assert_eq(vmap_munmap(m, 1 * MiB), 0);
+	cr_assert_eq(vmap_tag_run_state(tag_of(m)), VMAP_RUN_GUARDED);
+	bool zero;
+	char *p = vmap_range_alloc(A64K, A64K, &zero);
+	cr_assert_not_null(p);
+	cr_assert_eq((uintptr_t)p & (A64K - 1), 0);
+	cr_assert(p >= m + 1 * MiB || p + A64K <= m, "carved outside the guarded run");
+	uint64_t t = tag_of(m);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
+	cr_assert_eq(vmap_tag_pages(t), 1 * MiB >> VMAP_PAGE_SHIFT, "the guarded run is whole");
+	vmap_range_free(p, "free");
+	vmap_range_free(keep, "free");
+	vmap_range_free(b, "free");
+	vmap_range_check();
+}
+
 /* A chunk that holds nothing but zero runs and pieces the program unmapped
- * goes back to the arena at the trim, mapped afresh PROT_NONE (pages, markers
+ * (a row of runs, here a guarded one and the zero rest) goes back to the
+ * arena at the trim, mapped afresh PROT_NONE (pages, markers
  * and its page-table slice dropped, the unmapped pages still faulting);
  * where it cannot be mapped afresh it stays guarded, claimed. */
 Test(purge, a_guarded_chunk_goes_back_at_the_trim)
@@ -863,7 +1005,10 @@ Test(purge, a_guarded_chunk_goes_back_at_the_trim)
 	cr_assert_eq(vmap_munmap(m, 8 * MiB), 0);
 	uint64_t t = tag_of(m);
 	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
-	cr_assert_eq(vmap_tag_pages(t), VMAP_CHUNK_PAGES, "merged with the chunk's zero rest");
+	cr_assert_eq(vmap_tag_pages(t), 2048, "apart from the chunk's zero rest");
+	t = tag_of(m + 8 * MiB);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_ZERO);
+	cr_assert_eq(vmap_tag_pages(t), VMAP_CHUNK_PAGES - 2048, "the zero rest, after it");
 	cr_assert(!vmap_chunk_is_free(r->chunk_owner[ci]), "an unmap gives nothing back");
 	vmap_range_purge(true);
 	cr_assert(!vmap_chunk_is_free(r->chunk_owner[ci]), "nor does a purge with no victim there");
