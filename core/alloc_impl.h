@@ -29,6 +29,10 @@ extern size_t vmap_slab_limit VMAP_HIDDEN;
  * to the process's count toward the switch to the slabs (init.c
  * vmap_auto_add); 0 = no switch to come (see alloc.c auto_count). */
 extern uint32_t vmap_auto_step VMAP_HIDDEN;
+/* init.c: the environment the process started with, from /proc/self/environ
+ * (a NULL-terminated array in a mapping that is kept; NULL if unreadable),
+ * for an init that finds environ not set yet, or cleared. */
+char **vmap_env_from_proc(void) VMAP_HIDDEN;
 /* init.c: whether large frees call the purger thread's and the timeline's
  * hooks (alloc.c). */
 extern bool vmap_large_free_hooks VMAP_HIDDEN;

@@ -75,7 +75,7 @@ static void thread_exit(void *arg)
 /* environ is not set yet when ld.so itself allocates: read the kernel's copy,
  * into a mapping made then (rarely needed: a static buffer would add its 72
  * KiB to every process's VmSize) and kept, since the options point into it. */
-static char **env_from_proc(void)
+char **vmap_env_from_proc(void)
 {
 	enum { BUF = 65536, PTRS = 1024 };
 	char *buf = vmap_os_mmap(NULL, BUF + PTRS * sizeof(char *), PROT_READ | PROT_WRITE,
@@ -88,6 +88,11 @@ static char **env_from_proc(void)
 		vmap_os_munmap(buf, BUF + PTRS * sizeof(char *));
 		return NULL;
 	}
+	/* A full buffer cut its last entry short: left out, lest a value be
+	 * read cut (LAZY_MAX=64 of 64M).  Past PTRS - 1 entries, the rest too. */
+	if (n == BUF - 1)
+		while (n > 0 && buf[n - 1] != '\0')
+			n--;
 	size_t k = 0;
 	for (long i = 0; i < n && k < PTRS - 1; i++) {
 		if (i == 0 || buf[i - 1] == '\0')
@@ -293,7 +298,7 @@ __attribute__((noinline, cold)) static void init_slow(void)
 		vmap_options_parse(NULL, false); /* none at start (vmap_init_at_start) */
 	} else {
 		bool secure = getauxval(AT_SECURE) != 0;
-		vmap_options_parse(environ ? environ : env_from_proc(), secure);
+		vmap_options_parse(environ ? environ : vmap_env_from_proc(), secure);
 	}
 	if (vmap_opt.help) {
 		vmap_options_print(1, false);

@@ -6,6 +6,10 @@
  */
 #include "unit.h"
 
+#include <sys/wait.h>
+
+#include "alloc_impl.h"
+
 static int parse_capture(const char *const *env, char *out, size_t cap)
 {
 	struct capture c = capture_begin();
@@ -418,4 +422,101 @@ Test(options, print_lists_every_option)
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		cr_assert(strstr(out, names[i]) != NULL, "%s missing from HELP output", names[i]);
 	cr_assert(strstr(out, "VMAPALLOC_RESERVE=64G") != NULL);
+}
+
+/* The environment an init that finds environ not set reads instead: the
+ * kernel's copy of the one the process started with, entry for entry. */
+Test(options, the_environment_read_from_proc_is_the_one_at_start)
+{
+	extern char **environ;
+	char **env = vmap_env_from_proc();
+	cr_assert_not_null(env);
+	size_t n = 0;
+	for (; environ[n]; n++) {
+		cr_assert_not_null(env[n], "entry %zu (%s) missing", n, environ[n]);
+		cr_assert_str_eq(env[n], environ[n]);
+	}
+	cr_assert_null(env[n], "an entry more than environ holds: %s", env[n]);
+	cr_assert_gt(n, 0, "the test runs with an environment");
+}
+
+/* A child of this test binary, started with the environment envp, runs
+ * only the named test; its exit status. */
+static int run_child(const char *test, char **envp)
+{
+	char self[4096];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+	cr_assert_gt(len, 0);
+	self[len] = 0;
+	char filter[256];
+	snprintf(filter, sizeof filter, "options/%s", test);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char *argv[] = {self, "--filter", filter, NULL};
+		execve(self, argv, envp);
+		_exit(2);
+	}
+	int st = 0;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st), "the child died of a signal");
+	return WEXITSTATUS(st);
+}
+
+/* The entries of the copy from /proc: how many, and whether each of those
+ * named X... has the length `len` that every one of them was given. */
+static size_t proc_entries(size_t len, bool *whole)
+{
+	char **env = vmap_env_from_proc();
+	cr_assert_not_null(env);
+	size_t n = 0;
+	*whole = true;
+	for (; env[n]; n++)
+		if (env[n][0] == 'X' && strlen(env[n]) != len)
+			*whole = false;
+	return n;
+}
+
+/* Past 1,023 entries the copy is cut short, the entries it holds whole. */
+Test(options, many_entries_read_from_proc_are_cut_at_the_table)
+{
+	if (getenv("VMAP_UNIT_CHILD")) {
+		bool whole;
+		size_t n = proc_entries(38, &whole);
+		cr_assert_eq(n, 1023);
+		cr_assert(whole);
+		return;
+	}
+	enum { N = 3000 };
+	static char entries[N][48];
+	static char *envp[N + 2];
+	envp[0] = "VMAP_UNIT_CHILD=1";
+	for (int i = 0; i < N; i++) {
+		snprintf(entries[i], sizeof entries[i], "X%05d=%031d", i, i);
+		envp[i + 1] = entries[i];
+	}
+	cr_assert_eq(run_child("many_entries_read_from_proc_are_cut_at_the_table", envp), 0);
+}
+
+/* Past its 64 KiB buffer, the copy leaves out the entry the buffer cut:
+ * a value read cut would be another value. */
+Test(options, long_entries_read_from_proc_are_never_cut)
+{
+	if (getenv("VMAP_UNIT_CHILD")) {
+		bool whole;
+		size_t n = proc_entries(999, &whole);
+		cr_assert(n > 1 && n < 100, "%zu entries", n);
+		cr_assert(whole, "an entry was cut");
+		return;
+	}
+	enum { N = 100 };
+	static char entries[N][1000];
+	static char *envp[N + 2];
+	envp[0] = "VMAP_UNIT_CHILD=1";
+	for (int i = 0; i < N; i++) {
+		snprintf(entries[i], sizeof entries[i], "X%03d=", i);
+		memset(entries[i] + 5, 'v', 994);
+		entries[i][999] = 0;
+		envp[i + 1] = entries[i];
+	}
+	cr_assert_eq(run_child("long_entries_read_from_proc_are_never_cut", envp), 0);
 }
