@@ -76,7 +76,7 @@ LIBDIR = "/usr/lib/x86_64-linux-gnu"
 PEERS = [("glibc", None),
          ("mimalloc", LIBDIR + "/libmimalloc.so.2"),
          ("jemalloc", LIBDIR + "/libjemalloc.so.2"),
-         ("tcmalloc", LIBDIR + "/libtcmalloc.so.4")]
+         ("tcmalloc", LIBDIR + "/libtcmalloc_minimal.so.4")]
 PYTHON = "/usr/bin/python3"        # not a pyenv shim from PATH
 REDIS = "/usr/bin/redis-server"
 SAMPLE_S = 0.002                   # the sampler's period
