@@ -37,6 +37,9 @@ slowed a little by being watched, and its wall time includes that.
 Workloads (sizes at --rounds-scale 1; F scales them, not the idle sleep):
   python   /usr/bin/python3: 40 rounds of a list of 100 000 small dicts put
            through json.dumps and dropped; then 200 os.fork() + waitpid
+  ruby     /usr/bin/ruby: 20 rounds of 200 000 strings and a hash of a third
+           of them, dropped, then GC.start (Ruby maps its 16 KiB heap pages
+           itself, twice as large, and unmaps what is past their alignment)
   realloc  build/bench/realloc_heavy: 64 slots, 20 000 steps of malloc
            4..64 KiB, free, or realloc x1.5 (up to 8 MiB), checksummed
   redis    /usr/bin/redis-server (Debian's) driven over a socket: SET/DEL
@@ -78,6 +81,7 @@ PEERS = [("glibc", None),
          ("jemalloc", LIBDIR + "/libjemalloc.so.2"),
          ("tcmalloc", LIBDIR + "/libtcmalloc_minimal.so.4")]
 PYTHON = "/usr/bin/python3"        # not a pyenv shim from PATH
+RUBY = "/usr/bin/ruby"
 REDIS = "/usr/bin/redis-server"
 SAMPLE_S = 0.002                   # the sampler's period
 
@@ -331,6 +335,39 @@ def run_python(alloc, sizes, opts):
     return python_workload(alloc, *sizes)
 
 
+RB_WORKLOAD = r"""
+rounds = ARGV[0].to_i
+total = 0
+rounds.times do |r|
+  a = Array.new(200_000) { |i| "item#{i}-#{r}" + ("x" * (i % 40)) }
+  h = {}
+  a.each_with_index { |s, i| h[s] = i if i % 3 == 0 }
+  total += a.sum(&:bytesize) + h.size
+  a = nil
+  h = nil
+  GC.start
+end
+maps = File.read("/proc/self/maps").count("\n")
+st = File.read("/proc/self/status")
+rss = st[/VmRSS:\s+(\d+)/, 1].to_i
+hwm = st[/VmHWM:\s+(\d+)/, 1].to_i
+puts "rounds=#{rounds} bytes=#{total} maps=#{maps} rss_kib=#{rss} hwm_kib=#{hwm}"
+"""
+
+
+def ruby_workload(alloc, rounds=20):
+    """The ruby workload at the given size: (figures, results)."""
+    w = Watched([RUBY, "-e", RB_WORKLOAD, str(rounds)], alloc, "ruby")
+    try:
+        return w.figures(parse_end_line(w.wait()))
+    finally:
+        w.kill()
+
+
+def run_ruby(alloc, sizes, opts):
+    return ruby_workload(alloc, *sizes)
+
+
 def c_workload(prog):
     """A C workload of build/bench: its sizes are its arguments."""
     def run(alloc, sizes, opts):
@@ -514,6 +551,8 @@ WORKLOADS = {
     "python": Workload(run_python, lambda f: (scaled(40, f), scaled(200, f, 20)),
                        "/usr/bin/python3: {} rounds of 100 000 dicts through json.dumps, "
                        "then {} fork+wait"),
+    "ruby": Workload(run_ruby, lambda f: (scaled(20, f),),
+                     "/usr/bin/ruby: {} rounds of 200 000 strings and a hash, dropped, GC.start"),
     "realloc": Workload(c_workload("realloc_heavy"), lambda f: (scaled(20000, f),),
                         "realloc_heavy: {} steps of malloc / free / realloc x1.5 (4 KiB..8 MiB)"),
     "redis": Workload(run_redis, lambda f: (scaled(200, f), scaled(20, f)),
@@ -525,7 +564,7 @@ WORKLOADS = {
                        "fork_live: {} x 2 MiB live, {} fork+wait"),
 }
 
-NEEDS = {"python": PYTHON, "redis": REDIS, "realloc": "realloc_heavy", "idle": "idle_burst",
+NEEDS = {"python": PYTHON, "ruby": RUBY, "redis": REDIS, "realloc": "realloc_heavy", "idle": "idle_burst",
          "fork1g": "fork_live"}
 
 

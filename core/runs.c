@@ -130,9 +130,21 @@ void vmap_run_drop_records_locked(uintptr_t run, uintptr_t a, uintptr_t e)
  * run is free and the shard lock held: nobody maps or carves it meanwhile
  * (with the records' drop, the system calls made in this file).  On failure (ENOMEM at
  * vm.max_map_count) it stays as it was, every page faulting all the same:
- * vmap_unguard clears markers and PROT_NONE alike. */
+ * vmap_unguard clears markers and PROT_NONE alike.
+ *
+ * A run under GUARD_WHOLE_MIN pages gets guard markers over it instead,
+ * where the kernel has them: no VMA of its own.  Programs that map and trim
+ * small pieces (Ruby's 16 KiB heap pages, mapped twice as large and cut to
+ * their alignment) merged their marker pieces into thousands of small
+ * PROT_NONE mappings, past any budget; markers cost a fork a page-table
+ * entry each, which only runs of megabytes (CPython's freed arenas) make
+ * worth a mapping. */
+#define GUARD_WHOLE_MIN (VMAP_HUGE_PAGE >> VMAP_PAGE_SHIFT)
 static void guard_whole(uintptr_t a, uint64_t pages)
 {
+	if (pages < GUARD_WHOLE_MIN &&
+	    vmap_os_madvise((void *)a, (size_t)pages << VMAP_PAGE_SHIFT, MADV_GUARD_INSTALL) == 0)
+		return;
 	void *m = vmap_os_mmap((void *)a, (size_t)pages << VMAP_PAGE_SHIFT, PROT_NONE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 	if (vmap_os_is_err(m))

@@ -806,25 +806,6 @@ static void *served(size_t len)
 	return m;
 }
 
-/* The VMA of /proc/self/maps that holds a: its bounds and permissions. */
-static void maps_vma(uintptr_t a, uintptr_t *lo_out, uintptr_t *hi_out, char out[5])
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	cr_assert(f);
-	unsigned long lo, hi;
-	char perms[5] = "";
-	*lo_out = *hi_out = 0;
-	strcpy(out, "none");
-	while (fscanf(f, "%lx-%lx %4s%*[^\n]", &lo, &hi, perms) == 3)
-		if (a >= lo && a < hi) {
-			*lo_out = lo;
-			*hi_out = hi;
-			memcpy(out, perms, 5);
-			break;
-		}
-	fclose(f);
-}
-
 /* A zero run beside one guarded run (pages the program unmapped) stays
  * apart: joined, the zero pages became PROT_NONE with nothing gained, and
  * aligned areas carved there cut the mapping into pieces. */
@@ -857,50 +838,6 @@ Test(purge, a_zero_run_beside_one_guarded_run_stays_apart)
 	vmap_range_check();
 }
 
-/* A zero run between two guarded runs joins them: one PROT_NONE mapping
- * where there were two, and an area carved from the joined run is made
- * usable, zero-filled, over its whole length. */
-Test(purge, a_zero_run_between_two_guarded_runs_joins_them)
-{
-	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
-			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
-	facade_setup(env);
-	char *m1 = served(A64K);
-	void *a = alloc_ok(A64K);
-	char *m2 = served(A64K);
-	void *keep = alloc_ok(A64K); /* the chunk does not go back */
-	cr_assert_eq(a, m1 + A64K, "the block follows the first mapping");
-	cr_assert_eq(m2, (char *)a + AREA64K, "the second mapping follows the block");
-	memset(m1, 1, A64K);
-	memset(a, 2, A64K);
-	memset(m2, 3, A64K);
-	cr_assert_eq(vmap_munmap(m1, A64K), 0);
-	cr_assert_eq(vmap_munmap(m2, A64K), 0);
-	vmap_range_free(a, "free");
-	vmap_range_purge(true); /* m1, m2: guarded; a: zero, between them */
-	uint64_t t = tag_of(m1);
-	cr_assert_eq(vmap_tag_state(t), VMAP_ST_FREE);
-	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
-	cr_assert_eq(vmap_tag_pages(t), 16 + 17 + 16, "one run over the three");
-	cr_assert_eq(tag_of(a), 0);
-	cr_assert_eq(tag_of(m2), 0);
-	uintptr_t lo, hi;
-	char perms[5];
-	maps_vma((uintptr_t)m1, &lo, &hi, perms);
-	cr_assert_str_eq(perms, "---p");
-	cr_assert(lo <= (uintptr_t)m1 && hi >= (uintptr_t)m2 + A64K, "one PROT_NONE mapping");
-	fake_reset();
-	bool zero = false;
-	char *p = vmap_range_alloc(48 * 4096, VMAP_PAGE, &zero);
-	cr_assert_eq(p, m1, "the joined run is reused whole");
-	cr_assert(zero);
-	cr_assert(all_zero(p, 48 * 4096));
-	memset(p, 4, 48 * 4096); /* writable over the parts that were unmapped */
-	vmap_range_free(p, "free");
-	vmap_range_free(keep, "free");
-	vmap_range_check();
-}
-
 static sigjmp_buf fault_jmp;
 
 static void on_fault(int sig)
@@ -923,6 +860,48 @@ static bool faults(const volatile char *p)
 	sigaction(SIGSEGV, &old_segv, NULL);
 	sigaction(SIGBUS, &old_bus, NULL);
 	return faulted;
+}
+
+/* A guarded run of small pieces (under 2 MiB) gets guard markers over it,
+ * where the kernel has them, not a PROT_NONE mapping: no VMA of its own.  Programs that trim small
+ * mappings to their alignment (Ruby's heap pages) made thousands of such
+ * mappings.  Every page of it faults all the same, and it is reused whole. */
+Test(purge, a_small_guarded_run_gets_markers_not_a_mapping)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
+	facade_setup(env);
+	char *m1 = served(A64K);
+	char *a = alloc_ok(A64K);
+	char *m2 = served(A64K);
+	void *keep = alloc_ok(A64K);
+	cr_assert_eq(a, m1 + A64K, "the block follows the first mapping");
+	cr_assert_eq(m2, a + AREA64K, "the second mapping follows the block");
+	memset(a, 2, A64K);
+	cr_assert_eq(vmap_munmap(m1, A64K), 0);
+	cr_assert_eq(vmap_munmap(m2, A64K), 0);
+	vmap_range_free(a, "free");
+	vmap_range_purge(true); /* m1, m2: guarded; a: zero, between them */
+	uint64_t t = tag_of(m1);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
+	cr_assert_eq(vmap_tag_pages(t), 16 + 17 + 16, "one run over the three");
+	char perms[5];
+	maps_perms((uintptr_t)a + A64K / 2, perms);
+	/* (a kernel without markers: one PROT_NONE mapping, as for large runs) */
+	cr_assert_str_eq(perms, vmap_guard_markers() ? "rw-p" : "---p");
+	cr_assert(faults(a + A64K / 2), "the block's pages fault");
+	cr_assert(faults(m1), "the first piece faults");
+	cr_assert(faults(m2 + A64K - 1), "the second piece faults");
+	fake_reset();
+	bool zero = false;
+	char *p = vmap_range_alloc(48 * 4096, VMAP_PAGE, &zero);
+	cr_assert_eq(p, m1, "the joined run is reused whole");
+	cr_assert(zero);
+	cr_assert(all_zero(p, 48 * 4096));
+	memset(p, 4, 48 * 4096);
+	vmap_range_free(p, "free");
+	vmap_range_free(keep, "free");
+	vmap_range_check();
 }
 
 /* A purged block that joins two guarded runs does not make the 2 MiB spans
@@ -1126,7 +1105,8 @@ Test(purge, purge_drops_the_tables_of_the_spans_it_completes)
 }
 
 /* Two unmapped pieces and the purged block between them merge into one
- * guarded run, which is one PROT_NONE mapping: the run cuts two VMAs out
+ * guarded run (a zero run between two guarded ones joins them), which is
+ * one PROT_NONE mapping once it holds megabytes: the run cuts two VMAs out
  * of the arena's, as vmap_none_vmas counts it, not four, and the purged
  * block's pages fault like the pieces around them. */
 Test(purge, a_guarded_run_of_several_pieces_is_one_prot_none_mapping)
@@ -1134,22 +1114,24 @@ Test(purge, a_guarded_run_of_several_pieces_is_one_prot_none_mapping)
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
 	facade_setup(env);
-	char *m1 = served(A64K);
+	char *m1 = served(1 * MiB);
 	char *a = alloc_ok(A64K);
-	char *m2 = served(A64K);
+	char *m2 = served(1 * MiB);
 	void *keep = alloc_ok(A64K);
-	cr_assert_eq(a, m1 + A64K, "the block follows the first mapping");
+	cr_assert_eq(a, m1 + 1 * MiB, "the block follows the first mapping");
 	cr_assert_eq(m2, a + AREA64K, "the second mapping follows the block");
-	memset(m1, 1, A64K);
+	memset(m1, 1, 1 * MiB);
 	memset(a, 2, A64K);
-	memset(m2, 3, A64K);
-	cr_assert_eq(vmap_munmap(m1, A64K), 0);
-	cr_assert_eq(vmap_munmap(m2, A64K), 0);
+	memset(m2, 3, 1 * MiB);
+	cr_assert_eq(vmap_munmap(m1, 1 * MiB), 0);
+	cr_assert_eq(vmap_munmap(m2, 1 * MiB), 0);
 	vmap_range_free(a, "free");
 	vmap_range_purge(true);
 	uint64_t t = tag_of(m1);
 	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
-	cr_assert_eq(vmap_tag_pages(t), 16 + 17 + 16, "one run over the pieces and the block");
+	cr_assert_eq(vmap_tag_pages(t), 256 + 17 + 256, "one run over the pieces and the block");
+	cr_assert_eq(tag_of(a), 0);
+	cr_assert_eq(tag_of(m2), 0);
 	cr_assert_eq(vmap_none_vmas, 2, "one guarded run: two VMAs at most");
 	char perms[5];
 	maps_perms((uintptr_t)a + A64K / 2, perms);
@@ -1163,10 +1145,13 @@ Test(purge, a_guarded_run_of_several_pieces_is_one_prot_none_mapping)
 			vlo = lo, vhi = hi;
 	fclose(f);
 	cr_assert_leq(vlo, (uintptr_t)m1);
-	cr_assert_geq(vhi, (uintptr_t)m2 + A64K);
+	cr_assert_geq(vhi, (uintptr_t)m2 + 1 * MiB);
 	bool zero = false;
-	char *p = vmap_range_alloc(48 * 4096, VMAP_PAGE, &zero);
-	cr_assert_eq(p, m1, "the guarded run is reused");
-	cr_assert(zero && all_zero(p, 48 * 4096));
+	char *p = vmap_range_alloc(528 * 4096, VMAP_PAGE, &zero);
+	cr_assert_eq(p, m1, "the guarded run is reused whole");
+	cr_assert(zero && all_zero(p, 528 * 4096));
+	memset(p, 4, 528 * 4096); /* writable over the parts that were unmapped */
+	vmap_range_free(p, "free");
 	vmap_range_free(keep, "free");
+	vmap_range_check();
 }

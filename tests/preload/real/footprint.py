@@ -1,10 +1,15 @@
 #!/usr/bin/python3
-"""real-footprint-python: vmapalloc must not multiply a long-running
-program's mappings.
+"""real-footprint-python, real-footprint-ruby: vmapalloc must not multiply
+a long-running program's mappings.
+
+    footprint.py [python|ruby]
 
 Runs bench/longrun.py's `python` workload at full size (/usr/bin/python3: 40
-rounds of 100 000 small dicts through json.dumps, then 200 fork + waitpid)
-under glibc (no preload), under each of mimalloc, jemalloc and tcmalloc that
+rounds of 100 000 small dicts through json.dumps, then 200 fork + waitpid), or
+its `ruby` workload (/usr/bin/ruby: 20 rounds of 200 000 strings, dropped and
+collected; Ruby maps its heap pages itself and unmaps what is past their
+alignment, in small pieces), under glibc (no preload), under each of
+mimalloc, jemalloc and tcmalloc that
 is installed (the peers), and under vmapalloc ($VMTEST_LIB), with the same
 measurement as the benchmark: the peak is the most lines of /proc/PID/maps
 seen by a sampler every 2 ms, or the workload's own count at its end.  The
@@ -15,7 +20,7 @@ the peers (glibc included): a mapping per allocation, or per freed block,
 makes thousands where the others need well under a hundred, and costs every
 fork and every page fault's VMA lookup.  All the counts compared are printed.
 
-Like the other real-program tests (lib.sh): /usr/bin/python3 missing is a
+Like the other real-program tests (lib.sh): the interpreter missing is a
 skip (exit 77), a failure in CI (CI set) or with REAL_REQUIRE_PROGRAMS=1.
 VMAPALLOC_* variables of the environment are passed to the vmapalloc run.
 """
@@ -23,7 +28,8 @@ import importlib.util
 import os
 import sys
 
-NAME = "real-footprint-python"
+WORKLOAD = sys.argv[1] if len(sys.argv) > 1 else "python"
+NAME = "real-footprint-" + WORKLOAD
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -46,10 +52,13 @@ def load_longrun():
 
 def main():
     longrun = load_longrun()
-    if not os.access(longrun.PYTHON, os.X_OK):
+    if WORKLOAD not in ("python", "ruby"):
+        fail(f"unknown workload {WORKLOAD!r} (python or ruby)")
+    program = longrun.PYTHON if WORKLOAD == "python" else longrun.RUBY
+    if not os.access(program, os.X_OK):
         if os.environ.get("CI") or os.environ.get("REAL_REQUIRE_PROGRAMS") == "1":
-            fail(f"not installed: {longrun.PYTHON} (run scripts/deps)")
-        log(f"SKIP: not installed: {longrun.PYTHON}")
+            fail(f"not installed: {program} (run scripts/deps)")
+        log(f"SKIP: not installed: {program}")
         return 77
     lib = os.environ.get("VMTEST_LIB") or os.environ.get("VMAPALLOC_LIB")
     if not lib:
@@ -66,7 +75,10 @@ def main():
     figs, first = {}, None
     for a in allocs:
         try:
-            f, results = longrun.python_workload(a, rounds=40, forks=200)
+            if WORKLOAD == "python":
+                f, results = longrun.python_workload(a, rounds=40, forks=200)
+            else:
+                f, results = longrun.ruby_workload(a, rounds=20)
         except longrun.Failure as e:
             fail(str(e))
         if first is None:
@@ -74,9 +86,9 @@ def main():
         elif results != first[1]:
             fail(f"results differ: {first[0]} {first[1]}, {a.name} {results}")
         figs[a.name] = f
+        fork = f"fork+wait {f['fork_us']:7.0f} µs  " if f.get("fork_us") is not None else ""
         log(f"{a.name:<9} maps peak {f['maps_peak']:>6}  end {f['maps_end']:>6}  "
-            f"fork+wait {f['fork_us']:7.0f} µs  peak RSS {f['rss_peak_mb']:6.1f} MB  "
-            f"({f['wall_s']:.1f} s)")
+            f"{fork}peak RSS {f['rss_peak_mb']:6.1f} MB  ({f['wall_s']:.1f} s)")
 
     peers = {n: f["maps_peak"] for n, f in figs.items() if n != "vmapalloc"}
     top = max(peers, key=peers.get)
