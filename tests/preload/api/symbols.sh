@@ -18,7 +18,8 @@ INTERPOSED="malloc free calloc realloc reallocarray posix_memalign aligned_alloc
 valloc pvalloc malloc_usable_size free_sized free_aligned_sized cfree malloc_trim mallopt
 mallinfo mallinfo2 malloc_stats malloc_info __libc_malloc __libc_free __libc_calloc
 __libc_realloc __libc_memalign __libc_valloc __libc_pvalloc __posix_memalign
-mmap mmap64 munmap mremap mprotect madvise mincore mlock mlock2 munlock dlopen dlmopen _Fork mseal syscall"
+mmap mmap64 munmap mremap mprotect madvise mincore mlock mlock2 munlock dlopen dlmopen _Fork mseal syscall
+_Znwm _Znam _ZdlPv _ZdaPv _ZdlPvm _ZdaPvm"
 PUBLIC_API="vmapalloc_version vmapalloc_owns vmapalloc_counter_get vmapalloc_counter_name
 vmapalloc_reset_peaks vmapalloc_purge vmapalloc_stats_print"
 OPTIONAL="_init _fini"
