@@ -68,7 +68,9 @@
 
 bool vmap_slab_on;
 uint64_t vmap_slab_key;
-static uint64_t class_magic[NCLASSES];
+/* Per class: size = odd << shift, and odd's inverse mod 2^32 (vmap_slab_index). */
+static uint32_t class_inv[NCLASSES];
+static uint8_t class_shift[NCLASSES];
 /* The current slab of a class that has none: its free list is always empty,
  * so the fast path needs no NULL test. */
 struct vmap_slab vmap_slab_none;
@@ -111,8 +113,13 @@ void vmap_slab_init(void)
 	static const struct vmap_lock_set locks = {"slabs", VMAP_RANK_SLAB, &vmap_slab_lock, 0, NULL};
 	vmap_lock_register(&locks);
 	for (unsigned c = 0; c < NCLASSES; c++) {
-		uint64_t size = vmap_slab_class_size(c);
-		class_magic[c] = ((1ull << 40) + size - 1) / size;
+		uint32_t size = (uint32_t)vmap_slab_class_size(c);
+		unsigned shift = (unsigned)__builtin_ctz(size);
+		uint32_t odd = size >> shift, inv = odd; /* Newton: each step doubles the bits */
+		for (int i = 0; i < 5; i++)
+			inv *= 2 - odd * inv;
+		class_shift[c] = (uint8_t)shift;
+		class_inv[c] = inv;
 	}
 	/* Slot i holds the sizes i * 16 - 15 .. i * 16, all in the class of
 	 * the largest. */
@@ -248,7 +255,7 @@ static void slab_account(uintptr_t start, int64_t sign)
 void vmap_slab_retire(struct vmap_slab *d)
 {
 	uintptr_t start = d->start;
-	__atomic_store_n(&d->state, SLAB_NONE, __ATOMIC_RELAXED);
+	vmap_slab_set_state(d, SLAB_NONE, __ATOMIC_RELAXED);
 	d->owner = NULL;
 	for (unsigned i = 1; i < d->units; i++)
 		__atomic_store_n(&d[i].head, NULL, __ATOMIC_RELAXED);
@@ -282,10 +289,11 @@ static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
 	d->span = d->cap * size;
 	d->used = 0;
 	__atomic_store_n(&d->bump, 0, __ATOMIC_RELAXED);
-	d->cls = (uint16_t)c;
-	__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+	d->cls = (uint8_t)c;
+	vmap_slab_set_state(d, SLAB_CUR, __ATOMIC_RELAXED);
 	d->units = (uint8_t)(bytes >> VMAP_SLAB_UNIT_SHIFT);
-	d->magic = class_magic[c];
+	d->shift = class_shift[c];
+	d->inv = class_inv[c];
 	d->next = d->prev = NULL;
 	__atomic_store_n(&d->remote, NULL, __ATOMIC_RELAXED);
 	for (unsigned i = 1; i < d->units; i++)
@@ -303,9 +311,9 @@ static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
  * remote free slipped in: then it is collected and stays usable (false). */
 bool vmap_slab_file_full(struct vmap_heap *h, struct vmap_slab *d)
 {
-	__atomic_store_n(&d->state, SLAB_FULL, __ATOMIC_SEQ_CST);
+	vmap_slab_set_state(d, SLAB_FULL, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&d->remote, __ATOMIC_SEQ_CST) && vmap_slab_collect(d)) {
-		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+		vmap_slab_set_state(d, SLAB_CUR, __ATOMIC_RELAXED);
 		return false;
 	}
 	vmap_slab_list_push(&h->full[d->cls], d);
@@ -327,7 +335,7 @@ void vmap_slab_rescan_full(struct vmap_heap *h, unsigned c)
 		if (d->used == 0) {
 			vmap_slab_retire(d);
 		} else {
-			__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
+			vmap_slab_set_state(d, SLAB_PARTIAL, __ATOMIC_RELAXED);
 			vmap_slab_list_push(&h->partial[c], d);
 		}
 	}
@@ -344,7 +352,7 @@ static struct vmap_slab *adopt(struct vmap_heap *h, unsigned c)
 		/* Off the list and no longer ABANDONED in one step, under the
 		 * lock: a free that saw the state would take it off again. */
 		vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
-		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_SEQ_CST);
+		vmap_slab_set_state(d, SLAB_CUR, __ATOMIC_SEQ_CST);
 	}
 	vmap_unlock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	if (d) {
@@ -373,7 +381,7 @@ __attribute__((noinline, cold)) void vmap_slab_reap_abandoned(void)
 			vmap_slab_collect(d);
 			if (d->used == 0) {
 				vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
-				__atomic_store_n(&d->state, SLAB_NONE, __ATOMIC_SEQ_CST);
+				vmap_slab_set_state(d, SLAB_NONE, __ATOMIC_SEQ_CST);
 				d->next = empty;
 				empty = d;
 			}
@@ -408,7 +416,7 @@ void vmap_slab_empty(struct vmap_heap *h, struct vmap_slab *d)
 		vmap_slab_retire(d);
 		return;
 	}
-	__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED); /* (on no list) */
+	vmap_slab_set_state(d, SLAB_PARTIAL, __ATOMIC_RELAXED); /* (on no list) */
 	d->next = d->prev = NULL;
 	h->spare[c] = d;
 	h->spare_bytes += bytes;
@@ -450,7 +458,7 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 		vmap_slab_reap_abandoned();
 	while ((d = h->partial[c]) != NULL) {
 		vmap_slab_list_unlink(&h->partial[c], d);
-		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+		vmap_slab_set_state(d, SLAB_CUR, __ATOMIC_RELAXED);
 		if (__atomic_load_n(&d->remote, __ATOMIC_RELAXED))
 			vmap_slab_collect(d);
 		if (!d->free && d->bump < d->cap)
@@ -462,7 +470,7 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 		vmap_slab_file_full(h, d); /* cannot happen: a partial slab has a free object */
 	}
 	if ((d = vmap_slab_spare_take(h, c)) != NULL) {
-		__atomic_store_n(&d->state, SLAB_CUR, __ATOMIC_RELAXED);
+		vmap_slab_set_state(d, SLAB_CUR, __ATOMIC_RELAXED);
 		if (!d->free && d->bump < d->cap)
 			carve(d);
 		h->cur[c] = d;
@@ -492,7 +500,7 @@ __attribute__((noinline)) void vmap_slab_owner_free_slow(struct vmap_heap *h, st
 			vmap_slab_empty(h, d);
 			return;
 		}
-		__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
+		vmap_slab_set_state(d, SLAB_PARTIAL, __ATOMIC_RELAXED);
 		vmap_slab_list_push(&h->partial[c], d);
 	} else if (d->used == 0 && d->state == SLAB_PARTIAL) {
 		vmap_slab_list_unlink(&h->partial[c], d);

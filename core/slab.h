@@ -33,11 +33,13 @@ struct vmap_slab {
 	uintptr_t start;         /* first object (the slab's first byte) */
 	uint32_t size, cap;      /* object size; objects in the slab */
 	uint32_t used, bump;     /* owner only: objects out; objects ever carved */
-	uint16_t cls;
+	uint8_t cls;
 	uint8_t state;           /* SLAB_CUR / PARTIAL / FULL / ABANDONED (slab.c) */
 	uint8_t units;
+	uint8_t shift;           /* size = odd << shift */
 	uint32_t span;           /* cap * size: a link outside [start, start + span) is corrupt */
-	uint64_t magic;          /* ceil(2^40 / size): offset -> index without a division */
+	uint32_t inv;            /* odd's inverse mod 2^32: offset -> index (vmap_slab_check) */
+	int32_t wake;            /* owner only: a free that brings used to this moves the slab */
 	/* second: the owner's lists, and other threads' frees */
 	struct vmap_slab *next, *prev; /* the owner's list for this class */
 	void *remote;                  /* other threads' frees (a lock-free stack) */
@@ -158,14 +160,28 @@ static inline void *vmap_slab_malloc(size_t size)
 /* The same with align (a power of two below the page size). */
 void *vmap_slab_memalign(size_t align, size_t size);
 
+/*
+ * The index of p among d's objects when p is an object's start that the slab
+ * has handed out; otherwise a number >= d->bump.  Without a division: with
+ * size = odd << shift and off = p - start (< 2^20, slabs are at most 1 MiB),
+ * off * inv mod 2^32 rotated right by shift is off / size when size divides
+ * off; when it does not, either the low shift bits of the product are not
+ * zero (inv is odd), so the rotation puts them on top (>= 2^16), or the
+ * rotated value exceeds (2^(32-shift) - 1) / odd, the divisibility test by
+ * multiplication with the inverse; both are above any slab's object count.
+ * One compare instead of the index, its product and two compares.
+ */
+static inline uint32_t vmap_slab_index(const struct vmap_slab *d, const void *p)
+{
+	uint32_t x = (uint32_t)((uintptr_t)p - d->start) * d->inv;
+	unsigned s = d->shift;
+	return (x >> s) | (x << ((32 - s) & 31));
+}
+
 /* p must be an object's start that the slab has handed out. */
 static inline void **vmap_slab_check(struct vmap_slab *d, const void *p, const char *who)
 {
-	uintptr_t off = (uintptr_t)p - d->start;
-	uint64_t idx = ((uint64_t)off * d->magic) >> 40;
-	if (__builtin_expect(idx * d->size != off ||
-				     idx >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED),
-			     0))
+	if (__builtin_expect(vmap_slab_index(d, p) >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED), 0))
 		vmap_slab_die(who, p, "not the start of a block");
 	return (void **)p;
 }
@@ -188,15 +204,36 @@ static inline void **vmap_slab_mark_free(struct vmap_slab *d, void *p, const cha
  * went back and forth: the next refill took the slab with one free object,
  * which ran dry at the next malloc -- alloc-test's random frees took a
  * refill every 3.3 mallocs), partial -> given back when empty; the current
- * slab stays, even empty. */
+ * slab stays, even empty.  The state's threshold is in wake
+ * (vmap_slab_set_state): one compare for every state, where the state's own
+ * tests took up to eight instructions more for the frees into slabs other
+ * than the current one, most frees of a program that frees at random. */
 static inline bool vmap_slab_push(struct vmap_slab *d, void **o)
 {
 	o[0] = d->free;
 	d->free = o;
-	d->used--;
-	uint8_t st = __atomic_load_n(&d->state, __ATOMIC_RELAXED);
-	return __builtin_expect(st != SLAB_CUR, 0) &&
-	       (d->used == 0 || (st == SLAB_FULL && d->used <= d->cap - (d->cap + 7) / 8));
+	int32_t used = (int32_t)d->used - 1;
+	d->used = (uint32_t)used;
+	return __builtin_expect(used <= d->wake, 0);
+}
+
+/* The threshold of vmap_slab_push for state st: never for the current slab
+ * (or one on no list), empty for a partial one, an eighth free for a full
+ * one. */
+static inline int32_t vmap_slab_wake(const struct vmap_slab *d, unsigned st)
+{
+	if (st == SLAB_PARTIAL)
+		return 0;
+	if (st == SLAB_FULL)
+		return (int32_t)(d->cap - (d->cap + 7) / 8);
+	return -1;
+}
+
+/* The owner (or whoever takes the slab over): d's state and its threshold. */
+__attribute__((always_inline)) static inline void vmap_slab_set_state(struct vmap_slab *d, unsigned st, int order)
+{
+	d->wake = vmap_slab_wake(d, st);
+	__atomic_store_n(&d->state, (uint8_t)st, order);
 }
 
 /* Frees object p of slab d; a pointer that is not an object's start, or an

@@ -138,7 +138,7 @@ static void heap_abandon(struct vmap_heap *h)
 		vmap_lock(&vmap_slab_lock, VMAP_RANK_SLAB);
 		struct vmap_slab *tail = keep;
 		for (;; tail = tail->next) {
-			__atomic_store_n(&tail->state, SLAB_ABANDONED, __ATOMIC_SEQ_CST);
+			vmap_slab_set_state(tail, SLAB_ABANDONED, __ATOMIC_SEQ_CST);
 			if (!tail->next)
 				break;
 		}
@@ -219,7 +219,7 @@ static bool reclaim(struct vmap_heap *h, struct vmap_slab *d)
 		    2 * (uint64_t)d->used >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED);
 	if (mine) { /* off the list and no longer ABANDONED in one step (adopt) */
 		vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
-		__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_SEQ_CST);
+		vmap_slab_set_state(d, SLAB_PARTIAL, __ATOMIC_SEQ_CST);
 	}
 	vmap_unlock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	if (!mine)
@@ -231,7 +231,7 @@ static bool reclaim(struct vmap_heap *h, struct vmap_slab *d)
 		vmap_slab_empty(h, d);
 	} else if (d->free || d->bump < d->cap || !vmap_slab_file_full(h, d)) {
 		/* something to hand out (file_full false: a remote free came) */
-		__atomic_store_n(&d->state, SLAB_PARTIAL, __ATOMIC_RELAXED);
+		vmap_slab_set_state(d, SLAB_PARTIAL, __ATOMIC_RELAXED);
 		vmap_slab_list_push(&h->partial[c], d);
 	}
 	return true;

@@ -101,6 +101,29 @@ Test(slab, a_freed_object_is_reused_first, .init = setup)
 	vmap_free(b);
 }
 
+/* vmap_slab_index (the division-free check of free, usable size and remote
+ * frees): every offset of a slab of every class, carved in full, maps to its
+ * object's index at an object's start and to no index below the slab's
+ * count anywhere else. */
+Test(slab, the_index_check_accepts_object_starts_only, .init = setup)
+{
+	for (unsigned c = 0; c < vmap_slab_nclasses(); c++) {
+		size_t size = vmap_slab_class_size(c);
+		void *p = vmap_malloc(size);
+		struct vmap_slab *d = vmap_slab_at((uintptr_t)p);
+		cr_assert_not_null(d, "class %u", c);
+		size_t bytes = (size_t)d->units << VMAP_SLAB_UNIT_SHIFT;
+		for (size_t off = 0; off < bytes; off++) {
+			uint32_t idx = vmap_slab_index(d, (void *)(d->start + off));
+			if (off % size == 0 && off / size < d->cap)
+				cr_assert_eq(idx, off / size, "class %u offset %zu", c, off);
+			else
+				cr_assert_geq(idx, d->cap, "class %u offset %zu: index %u", c, off, idx);
+		}
+		vmap_free(p);
+	}
+}
+
 /* A full slab takes mallocs again only once an eighth of its objects are
  * free: one free would make it the next refill's slab, which one malloc
  * runs dry again (random frees then took a refill every few mallocs). */
