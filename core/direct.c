@@ -180,6 +180,24 @@ __attribute__((noinline)) void vmap_free_fast_move(struct vmap_heap *h, struct v
 	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
 }
 
+__attribute__((noinline, cold)) void *vmap_fold_and_return(void *o)
+{
+	vmap_fold_and_tick();
+	return o;
+}
+
+__attribute__((noinline, cold)) void *vmap_fast_corrupt(void *next)
+{
+	vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
+}
+
+/* Stops the program with the line of the check that failed. */
+__attribute__((noinline, cold)) void vmap_fast_bad_free(struct vmap_slab *d, void *p)
+{
+	vmap_slab_mark_free(d, p, "free");
+	vmap_slab_die("free", p, "not the start of a block"); /* (the check failed above) */
+}
+
 void *vmap_malloc(size_t size)
 {
 	return vmap_fast_malloc(size);

@@ -26,6 +26,12 @@ void *vmap_malloc_fast_leave(struct vmap_heap *h, void *o) VMAP_HIDDEN;
 void vmap_free_fast_leave(struct vmap_heap *h) VMAP_HIDDEN;
 void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d) VMAP_HIDDEN;
 void vmap_fold_and_tick(void) VMAP_HIDDEN;
+/* vmap_fold_and_tick, then o: malloc's fast path jumps there. */
+void *vmap_fold_and_return(void *o) VMAP_HIDDEN;
+/* The stops of the fast paths' checks (never return): jumped to rather than
+ * called, the paths need no stack frame. */
+void *vmap_fast_corrupt(void *next) VMAP_HIDDEN;
+void vmap_fast_bad_free(struct vmap_slab *d, void *p) VMAP_HIDDEN;
 
 /*
  * The fast paths: a thread with a heap (so seen, past init, slabs on), a slab
@@ -40,23 +46,39 @@ void vmap_fold_and_tick(void) VMAP_HIDDEN;
  * common case in them, they take about a third fewer instructions a
  * malloc/free pair than the general paths.
  */
-__attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
+typedef void *(*vmap_malloc_exit)(size_t size);
+typedef void *(*vmap_malloc_refill_exit)(struct vmap_heap *h, size_t size);
+
+/* malloc's fast path with the exits that may fail named by the caller
+ * (constants, inlined to jumps): vmap_malloc_slow, vmap_malloc_refill and
+ * vmap_malloc_fast_refill for malloc; C++'s operator new wraps them with its
+ * failure (preload/cxx.c), so that its own path needs no test of the result. */
+__attribute__((always_inline)) static inline void *
+vmap_fast_malloc_via(size_t size, vmap_malloc_exit slow, vmap_malloc_exit refill,
+		     vmap_malloc_refill_exit fast_refill)
 {
 	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(!h || size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
 				     vmap_reentered(),
 			     0))
-		return vmap_malloc_slow(size);
+		return slow(size);
 	vmap_depth_enter();
 	struct vmap_slab *d = h->cur[vmap_slab_class_fast(size)];
 	void **o = (void **)d->free;
 	if (__builtin_expect(!o, 0)) {
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		if (--vmap_tls.reentry != 0)
-			return vmap_malloc_refill(size);
-		return vmap_malloc_fast_refill(h, size);
+			return refill(size);
+		return fast_refill(h, size);
 	}
-	vmap_slab_pop(d, o);
+	/* vmap_slab_pop, with its stop a jump (vmap_fast_corrupt): no call, so
+	 * no frame, in the path. */
+	void *next = o[0];
+	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
+		return vmap_fast_corrupt(next);
+	d->free = next;
+	d->used++;
+	o[1] = NULL; /* the double-free mark */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return vmap_malloc_fast_leave(h, o);
@@ -65,8 +87,13 @@ __attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
 	/* Every 128th, the fold the general paths make every 128 calls: the
 	 * clock, and the age purge once it is due (alloc.c). */
 	if (__builtin_expect(!(n & 127), 0))
-		vmap_fold_and_tick();
+		return vmap_fold_and_return(o);
 	return o;
+}
+
+__attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
+{
+	return vmap_fast_malloc_via(size, vmap_malloc_slow, vmap_malloc_refill, vmap_malloc_fast_refill);
 }
 
 /*
@@ -131,7 +158,14 @@ __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 		return vmap_free_slow(p); /* a large block, or no heap */
 	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h, 0))
 		return vmap_free_remote(p, d); /* another thread's slab (or an exited one's) */
-	void **o = vmap_slab_mark_free(d, p, "free");
+	/* vmap_slab_mark_free, with its stops a jump (vmap_fast_bad_free). */
+	void **o = (void **)p;
+	uintptr_t mark = vmap_slab_key ^ a;
+	if (__builtin_expect(vmap_slab_index(d, p) >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED) ||
+				     (uintptr_t)o[1] == mark,
+			     0))
+		return vmap_fast_bad_free(d, p);
+	o[1] = (void *)mark;
 	vmap_depth_enter();
 	if (vmap_slab_push(d, o))
 		return vmap_free_fast_move(h, d);

@@ -51,15 +51,31 @@ __attribute__((noinline, cold)) static void *new_failed(size_t size)
 	}
 }
 
-/* operator new(size_t) and operator new[](size_t): size 0 is one byte, as in
- * libstdc++ (malloc(0) gives a unique pointer too, but by the general path). */
-__attribute__((always_inline)) static inline void *cxx_new(size_t size)
+/* malloc's exits that may fail, then the new-handler loop.  Size 0 is one
+ * byte, as in libstdc++ (it takes the slow exit: never a slab size). */
+__attribute__((noinline)) static void *new_slow(size_t size)
 {
 	size += size == 0;
-	void *p = vmap_fast_malloc(size);
-	if (__builtin_expect(p != NULL, 1))
-		return p;
-	return new_failed(size);
+	void *p = vmap_malloc_slow(size);
+	return __builtin_expect(p != NULL, 1) ? p : new_failed(size);
+}
+
+__attribute__((noinline)) static void *new_refill(size_t size)
+{
+	void *p = vmap_malloc_refill(size);
+	return __builtin_expect(p != NULL, 1) ? p : new_failed(size);
+}
+
+__attribute__((noinline)) static void *new_fast_refill(struct vmap_heap *h, size_t size)
+{
+	void *p = vmap_malloc_fast_refill(h, size);
+	return __builtin_expect(p != NULL, 1) ? p : new_failed(size);
+}
+
+/* operator new(size_t) and operator new[](size_t). */
+__attribute__((always_inline)) static inline void *cxx_new(size_t size)
+{
+	return vmap_fast_malloc_via(size, new_slow, new_refill, new_fast_refill);
 }
 
 #define ALIAS(name) __attribute__((alias(#name), visibility("default")))
