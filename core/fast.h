@@ -77,7 +77,7 @@ vmap_fast_malloc_via(size_t size, vmap_malloc_exit slow, vmap_malloc_exit refill
 	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
 		return vmap_fast_corrupt(next);
 	d->free = next;
-	d->used++;
+	d->over++;
 	o[1] = NULL; /* the double-free mark */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
@@ -154,8 +154,9 @@ __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 	struct vmap_slab *d = __atomic_load_n(&vmap_slab0.tab[off >> VMAP_SLAB_UNIT_SHIFT].head,
 					      __ATOMIC_RELAXED);
 	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(!d || !h || vmap_reentered(), 0))
-		return vmap_free_slow(p); /* a large block, or no heap */
+	if (__builtin_expect(!d || vmap_reentered(), 0))
+		return vmap_free_slow(p); /* a large block */
+	/* (no heap: h NULL, which no slab's owner is) */
 	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h, 0))
 		return vmap_free_remote(p, d); /* another thread's slab (or an exited one's) */
 	/* vmap_slab_mark_free, with its stops a jump (vmap_fast_bad_free). */

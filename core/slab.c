@@ -30,7 +30,8 @@
  * Invariants:
  *  - Only a slab's owner touches its free list, used, bump, state and list
  *    links; other threads touch only `remote` (and read the geometry, owner
- *    and state).  owner is NULL while a slab is abandoned (its thread exited).
+ *    and state).  owner is VMAP_SLAB_ORPHAN while a slab is abandoned (its
+ *    thread exited) and once it is given back.
  *  - used = objects handed out - owner frees - remote frees collected; a slab
  *    with used 0 has no live object, so no legitimate free can race with
  *    giving it back.
@@ -210,7 +211,7 @@ uint32_t vmap_slab_collect(struct vmap_slab *d)
 	}
 	t[0] = d->free;
 	d->free = r;
-	d->used -= n;
+	d->over -= (int32_t)n;
 	return n;
 }
 
@@ -256,7 +257,7 @@ void vmap_slab_retire(struct vmap_slab *d)
 {
 	uintptr_t start = d->start;
 	vmap_slab_set_state(d, SLAB_NONE, __ATOMIC_RELAXED);
-	d->owner = NULL;
+	d->owner = VMAP_SLAB_ORPHAN;
 	for (unsigned i = 1; i < d->units; i++)
 		__atomic_store_n(&d[i].head, NULL, __ATOMIC_RELAXED);
 	__atomic_store_n(&d->head, NULL, __ATOMIC_RELEASE);
@@ -287,7 +288,8 @@ static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
 	d->size = size;
 	d->cap = (uint32_t)(bytes / size);
 	d->span = d->cap * size;
-	d->used = 0;
+	d->over = 0;
+	d->wake = 0;
 	__atomic_store_n(&d->bump, 0, __ATOMIC_RELAXED);
 	d->cls = (uint8_t)c;
 	vmap_slab_set_state(d, SLAB_CUR, __ATOMIC_RELAXED);
@@ -332,7 +334,7 @@ void vmap_slab_rescan_full(struct vmap_heap *h, unsigned c)
 			continue;
 		vmap_slab_list_unlink(&h->full[c], d);
 		vmap_slab_collect(d);
-		if (d->used == 0) {
+		if (vmap_slab_used(d) == 0) {
 			vmap_slab_retire(d);
 		} else {
 			vmap_slab_set_state(d, SLAB_PARTIAL, __ATOMIC_RELAXED);
@@ -379,7 +381,7 @@ __attribute__((noinline, cold)) void vmap_slab_reap_abandoned(void)
 			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED))
 				continue;
 			vmap_slab_collect(d);
-			if (d->used == 0) {
+			if (vmap_slab_used(d) == 0) {
 				vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
 				vmap_slab_set_state(d, SLAB_NONE, __ATOMIC_SEQ_CST);
 				d->next = empty;
@@ -496,13 +498,13 @@ __attribute__((noinline)) void vmap_slab_owner_free_slow(struct vmap_heap *h, st
 	unsigned c = d->cls;
 	if (d->state == SLAB_FULL) {
 		vmap_slab_list_unlink(&h->full[c], d);
-		if (d->used == 0) {
+		if (vmap_slab_used(d) == 0) {
 			vmap_slab_empty(h, d);
 			return;
 		}
 		vmap_slab_set_state(d, SLAB_PARTIAL, __ATOMIC_RELAXED);
 		vmap_slab_list_push(&h->partial[c], d);
-	} else if (d->used == 0 && d->state == SLAB_PARTIAL) {
+	} else if (vmap_slab_used(d) == 0 && d->state == SLAB_PARTIAL) {
 		vmap_slab_list_unlink(&h->partial[c], d);
 		vmap_slab_empty(h, d);
 	}

@@ -29,17 +29,18 @@ struct vmap_slab {
 	/* first cache line: what the owner's malloc and free touch */
 	struct vmap_slab *head;  /* this slab's first descriptor; NULL: no slab */
 	void *free;              /* owner only: objects to hand out, LIFO */
-	struct vmap_heap *owner; /* NULL while abandoned */
+	struct vmap_heap *owner; /* VMAP_SLAB_ORPHAN while abandoned */
 	uintptr_t start;         /* first object (the slab's first byte) */
 	uint32_t size, cap;      /* object size; objects in the slab */
-	uint32_t used, bump;     /* owner only: objects out; objects ever carved */
+	int32_t over;            /* owner only: objects out (used) - wake (vmap_slab_used) */
+	uint32_t bump;           /* owner only: objects ever carved */
 	uint8_t cls;
 	uint8_t state;           /* SLAB_CUR / PARTIAL / FULL / ABANDONED (slab.c) */
 	uint8_t units;
 	uint8_t shift;           /* size = odd << shift */
 	uint32_t span;           /* cap * size: a link outside [start, start + span) is corrupt */
 	uint32_t inv;            /* odd's inverse mod 2^32: offset -> index (vmap_slab_check) */
-	int32_t wake;            /* owner only: a free that brings used to this moves the slab */
+	int32_t wake;            /* owner only: a free that brings used to this or below moves the slab */
 	/* second: the owner's lists, and other threads' frees */
 	struct vmap_slab *next, *prev; /* the owner's list for this class */
 	void *remote;                  /* other threads' frees (a lock-free stack) */
@@ -48,7 +49,22 @@ struct vmap_slab {
 
 #define NCLASSES 44
 
+/* The objects of d handed out and not freed (frees on the remote stack count
+ * as out): kept as over = used - wake, so that the owner's free decrements
+ * one field and tests it for zero (vmap_slab_push: one instruction and a
+ * jump, where a compare with wake took three more). */
+static inline uint32_t vmap_slab_used(const struct vmap_slab *d)
+{
+	return (uint32_t)(d->over + d->wake);
+}
+
 enum { SLAB_NONE = 0, SLAB_CUR, SLAB_PARTIAL, SLAB_FULL, SLAB_ABANDONED };
+
+/* The owner of a slab that has none (abandoned, or given back): never a
+ * heap (heaps are mapped pages) and never NULL, so that a thread without a
+ * heap (NULL) never passes free's owner test, which needs no test of its
+ * own.  Never dereferenced. */
+#define VMAP_SLAB_ORPHAN ((struct vmap_heap *)(uintptr_t)1)
 
 /* A thread's heap: per class, the slab it allocates from and its others. */
 struct vmap_heap {
@@ -123,7 +139,7 @@ static inline void vmap_slab_pop(struct vmap_slab *d, void **o)
 	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
 		vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
 	d->free = next;
-	d->used++;
+	d->over++;
 	o[1] = NULL; /* the double-free mark */
 }
 
@@ -204,17 +220,16 @@ static inline void **vmap_slab_mark_free(struct vmap_slab *d, void *p, const cha
  * went back and forth: the next refill took the slab with one free object,
  * which ran dry at the next malloc -- alloc-test's random frees took a
  * refill every 3.3 mallocs), partial -> given back when empty; the current
- * slab stays, even empty.  The state's threshold is in wake
- * (vmap_slab_set_state): one compare for every state, where the state's own
- * tests took up to eight instructions more for the frees into slabs other
- * than the current one, most frees of a program that frees at random. */
+ * slab stays, even empty.  The state's threshold is in wake, and over
+ * counts down to it (vmap_slab_set_state): one decrement and a jump for every
+ * state, where the state's own tests took up to eight instructions more for
+ * the frees into slabs other than the current one, most frees of a program
+ * that frees at random. */
 static inline bool vmap_slab_push(struct vmap_slab *d, void **o)
 {
 	o[0] = d->free;
 	d->free = o;
-	int32_t used = (int32_t)d->used - 1;
-	d->used = (uint32_t)used;
-	return __builtin_expect(used <= d->wake, 0);
+	return __builtin_expect(--d->over == 0, 0);
 }
 
 /* The threshold of vmap_slab_push for state st: never for the current slab
@@ -229,10 +244,16 @@ static inline int32_t vmap_slab_wake(const struct vmap_slab *d, unsigned st)
 	return -1;
 }
 
-/* The owner (or whoever takes the slab over): d's state and its threshold. */
+/* The owner (or whoever takes the slab over): d's state and its threshold,
+ * used kept.  over stays >= 1 while the slab is the owner's: the owner's
+ * free that brings it to 0 is the one that moves the slab. */
 __attribute__((always_inline)) static inline void vmap_slab_set_state(struct vmap_slab *d, unsigned st, int order)
 {
-	d->wake = vmap_slab_wake(d, st);
+	int32_t used = d->over + d->wake, wake = vmap_slab_wake(d, st);
+	if (wake >= used) /* (a full slab at its threshold already: the next free moves it) */
+		wake = used - 1;
+	d->wake = wake;
+	d->over = used - wake; /* >= 1: the free that brings it to 0 moves the slab */
 	__atomic_store_n(&d->state, (uint8_t)st, order);
 }
 
@@ -242,7 +263,7 @@ static inline void vmap_slab_free(struct vmap_slab *d, void *p, const char *who)
 {
 	void **o = vmap_slab_mark_free(d, p, who);
 	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) == h && h, 1)) {
+	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) == h, 1)) {
 		vmap_depth_enter();
 		if (vmap_slab_push(d, o))
 			vmap_slab_owner_free_slow(h, d);

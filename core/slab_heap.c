@@ -99,7 +99,12 @@ void vmap_slab_usage(uint64_t *in_use, uint64_t *rest)
 			for (struct vmap_slab *d = &t[c * per_chunk]; d < &t[(c + 1) * per_chunk]; d++) {
 				if (__atomic_load_n(&d->head, __ATOMIC_ACQUIRE) != d)
 					continue;
-				used += (uint64_t)__atomic_load_n(&d->used, __ATOMIC_RELAXED) * d->size;
+				/* over and wake change together on the owner's side:
+				 * read apart, their sum may be off for a moment */
+				int32_t u = __atomic_load_n(&d->over, __ATOMIC_RELAXED) +
+					    __atomic_load_n(&d->wake, __ATOMIC_RELAXED);
+				if (u > 0)
+					used += (uint64_t)(u < (int32_t)d->cap ? (uint32_t)u : d->cap) * d->size;
 				all += (uint64_t)d->units << VMAP_SLAB_UNIT_SHIFT;
 			}
 		}
@@ -123,11 +128,11 @@ static void heap_abandon(struct vmap_heap *h)
 			for (d = lists[l]; d; d = next) {
 				next = l ? d->next : NULL;
 				vmap_slab_collect(d);
-				if (d->used == 0) {
+				if (vmap_slab_used(d) == 0) {
 					vmap_slab_retire(d);
 					continue;
 				}
-				__atomic_store_n(&d->owner, NULL, __ATOMIC_SEQ_CST);
+				__atomic_store_n(&d->owner, VMAP_SLAB_ORPHAN, __ATOMIC_SEQ_CST);
 				vmap_slab_list_push(&keep, d);
 			}
 		}
@@ -216,7 +221,7 @@ static bool reclaim(struct vmap_heap *h, struct vmap_slab *d)
 	 * at exit became 187). */
 	bool mine = __atomic_load_n(&d->state, __ATOMIC_RELAXED) == SLAB_ABANDONED &&
 		    __atomic_load_n(&d->head, __ATOMIC_RELAXED) == d &&
-		    2 * (uint64_t)d->used >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED);
+		    2 * (uint64_t)vmap_slab_used(d) >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED);
 	if (mine) { /* off the list and no longer ABANDONED in one step (adopt) */
 		vmap_slab_list_unlink(&vmap_slab_abandoned[c], d);
 		vmap_slab_set_state(d, SLAB_PARTIAL, __ATOMIC_SEQ_CST);
@@ -227,7 +232,7 @@ static bool reclaim(struct vmap_heap *h, struct vmap_slab *d)
 	__atomic_store_n(&d->owner, h, __ATOMIC_SEQ_CST);
 	vmap_slab_collect(d);
 	vmap_stat_inc_local(VMAP_STAT_slabs_adopted);
-	if (d->used == 0) {
+	if (vmap_slab_used(d) == 0) {
 		vmap_slab_empty(h, d);
 	} else if (d->free || d->bump < d->cap || !vmap_slab_file_full(h, d)) {
 		/* something to hand out (file_full false: a remote free came) */
@@ -247,7 +252,7 @@ __attribute__((noinline)) void vmap_slab_remote_free(struct vmap_slab *d, void *
 	unsigned st = __atomic_load_n(&d->state, __ATOMIC_SEQ_CST);
 	if (st == SLAB_FULL) {
 		struct vmap_heap *h = __atomic_load_n(&d->owner, __ATOMIC_RELAXED);
-		if (h)
+		if (h != VMAP_SLAB_ORPHAN)
 			__atomic_fetch_add(&h->hint[d->cls], 1, __ATOMIC_RELAXED);
 	} else if (st == SLAB_ABANDONED) {
 		struct vmap_heap *h = vmap_tls.heap;
@@ -284,7 +289,7 @@ static void trim_own(struct vmap_heap *h)
 		d = h->partial[c];
 		for (; d; d = next) {
 			next = d->next;
-			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED) || !vmap_slab_collect(d) || d->used)
+			if (!__atomic_load_n(&d->remote, __ATOMIC_RELAXED) || !vmap_slab_collect(d) || vmap_slab_used(d))
 				continue;
 			vmap_slab_list_unlink(&h->partial[c], d);
 			vmap_slab_retire(d);

@@ -299,7 +299,7 @@ static void check_slab_obj(const struct obj *o, const char *when)
 	if (d->size != o->usable || d->size != vmap_slab_class_size(d->cls))
 		FAIL("%s: object %p: slab object size %u, class %u of %zu, usable %zu", when,
 		     (void *)o->p, d->size, d->cls, vmap_slab_class_size(d->cls), o->usable);
-	struct vmap_heap *h = d->owner;
+	struct vmap_heap *h = d->owner == VMAP_SLAB_ORPHAN ? NULL : d->owner;
 	if (h ? d->state == SLAB_ABANDONED || d->state == SLAB_NONE : d->state != SLAB_ABANDONED)
 		FAIL("%s: object %p: slab state %u with owner %p", when, (void *)o->p, d->state,
 		     (void *)h);
@@ -411,18 +411,23 @@ static void check_list_slab(struct vmap_heap *h, struct vmap_slab *d, unsigned c
 		     "state %u",
 		     (void *)h, c, (unsigned long)d->start, (void *)d->head, (void *)d->owner, d->cls,
 		     d->state, st);
-	if (d->used > d->bump || d->bump > d->cap || d->size != vmap_slab_class_size(c))
-		FAIL("slab %#lx: used %u bump %u cap %u size %u", (unsigned long)d->start, d->used,
+	uint32_t used = vmap_slab_used(d);
+	if (used > d->bump || d->bump > d->cap || d->size != vmap_slab_class_size(c))
+		FAIL("slab %#lx: used %u bump %u cap %u size %u", (unsigned long)d->start, used,
 		     d->bump, d->cap, d->size);
-	if (st == SLAB_PARTIAL && d->used == 0)
+	/* the owner's free that brings over to 0 moves the slab: never below 1 on a list */
+	if (d->over < 1)
+		FAIL("slab %#lx (state %u): over %d, wake %d", (unsigned long)d->start, st, d->over,
+		     d->wake);
+	if (st == SLAB_PARTIAL && used == 0)
 		FAIL("slab %#lx: partial and empty (should have gone back)", (unsigned long)d->start);
 	cs->slabs++;
 	cs->bytes += (int64_t)vmap_range_usable((void *)d->start, "fuzz");
 	unsigned r = remote_len(d);
-	if (r > d->used)
+	if (r > used)
 		FAIL("slab %#lx: %u objects on the remote stack, %u used", (unsigned long)d->start, r,
-		     d->used);
-	cs->busy += d->used - r;
+		     used);
+	cs->busy += used - r;
 	if (deep)
 		check_slab_lists(d);
 }
@@ -553,9 +558,9 @@ static void check_slab_lists(struct vmap_slab *d)
 		if (live_at((uintptr_t)r))
 			FAIL("slab %#lx: live object %p is on the remote stack", (unsigned long)d->start,
 			     (void *)r);
-	if (n + d->used != d->bump)
+	if (n + vmap_slab_used(d) != d->bump)
 		FAIL("slab %#lx (class %u, state %u): %u free + %u used != %u carved",
-		     (unsigned long)d->start, d->cls, d->state, n, d->used, d->bump);
+		     (unsigned long)d->start, d->cls, d->state, n, vmap_slab_used(d), d->bump);
 }
 
 static void full_check(const char *when, bool patterns)

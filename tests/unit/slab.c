@@ -333,6 +333,40 @@ Test(slab, a_free_into_an_exited_threads_slab_takes_it_over, .init = setup)
 	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use), 2, "emptied slabs went back");
 }
 
+/* A thread that never allocated (no heap) frees into an exited thread's
+ * slabs (no owner) and into this thread's: remote frees, the slabs left to
+ * whoever needs them; no owner's path for a thread without a heap.  The
+ * objects come back whole, the emptied slabs go back once reaped. */
+Test(slab, a_thread_without_a_heap_frees_into_ownerless_slabs, .init = setup)
+{
+	enum { N = 3000 };
+	static void *p[N], *q[N];
+	struct handoff a = {p, N, 200}, b = {q, N, 200};
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, alloc_all, &a), 0);
+	pthread_join(t, NULL); /* its slabs are abandoned, every object live */
+	alloc_all(&b);         /* and as many of this thread's */
+	int64_t adopted = stat_of(VMAP_STAT_slabs_adopted);
+	uint64_t m0, f0, m1, f1;
+	vmap_slab_fast_counts(&m0, &f0);
+	struct handoff half_p = {p, N / 2, 200}, half_q = {q, N / 2, 200};
+	cr_assert_eq(pthread_create(&t, NULL, free_all, &half_p), 0);
+	pthread_join(t, NULL);
+	cr_assert_eq(pthread_create(&t, NULL, free_all, &half_q), 0);
+	pthread_join(t, NULL);
+	vmap_slab_fast_counts(&m1, &f1);
+	cr_assert_eq(f1 - f0, 0, "no free of a thread without a heap is an owner's");
+	cr_assert_eq(stat_of(VMAP_STAT_slabs_adopted), adopted, "nothing taken over");
+	for (unsigned i = N / 2; i < N; i++) {
+		cr_assert(pat_intact(p[i], 200, i), "a live object of the exited thread changed");
+		cr_assert(pat_intact(q[i], 200, i), "a live object of this thread changed");
+		vmap_free(p[i]);
+		vmap_free(q[i]);
+	}
+	vmap_slab_trim();
+	cr_assert_leq(stat_of(VMAP_STAT_slabs_in_use), 2, "emptied slabs went back");
+}
+
 /* Threads racing to free into the same abandoned slabs, each of them also
  * allocating (so each has a heap and may take a slab over), while others
  * exit and abandon theirs: one slab is taken by one thread only, and the
