@@ -180,10 +180,18 @@ __attribute__((noinline)) void vmap_free_fast_move(struct vmap_heap *h, struct v
 	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
 }
 
-__attribute__((noinline, cold)) void *vmap_fold_and_return(void *o)
+__attribute__((noinline)) void *vmap_fast_malloc_step(struct vmap_heap *h, void *o)
 {
+	h->mallocs_left = VMAP_HEAP_STEP;
+	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + VMAP_HEAP_STEP, __ATOMIC_RELAXED);
 	vmap_fold_and_tick();
 	return o;
+}
+
+__attribute__((noinline)) void vmap_fast_free_step(struct vmap_heap *h)
+{
+	h->frees_left = VMAP_HEAP_STEP;
+	__atomic_store_n(&h->fast_frees, h->fast_frees + VMAP_HEAP_STEP, __ATOMIC_RELAXED);
 }
 
 __attribute__((noinline, cold)) void *vmap_fast_corrupt(void *next)

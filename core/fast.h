@@ -26,8 +26,10 @@ void *vmap_malloc_fast_leave(struct vmap_heap *h, void *o) VMAP_HIDDEN;
 void vmap_free_fast_leave(struct vmap_heap *h) VMAP_HIDDEN;
 void vmap_free_fast_move(struct vmap_heap *h, struct vmap_slab *d) VMAP_HIDDEN;
 void vmap_fold_and_tick(void) VMAP_HIDDEN;
-/* vmap_fold_and_tick, then o: malloc's fast path jumps there. */
-void *vmap_fold_and_return(void *o) VMAP_HIDDEN;
+/* The fast paths' counts reached a step (struct vmap_heap); malloc's also
+ * folds and ticks (vmap_fold_and_tick) and returns o.  Jumped to. */
+void *vmap_fast_malloc_step(struct vmap_heap *h, void *o) VMAP_HIDDEN;
+void vmap_fast_free_step(struct vmap_heap *h) VMAP_HIDDEN;
 /* The stops of the fast paths' checks (never return): jumped to rather than
  * called, the paths need no stack frame. */
 void *vmap_fast_corrupt(void *next) VMAP_HIDDEN;
@@ -82,12 +84,11 @@ vmap_fast_malloc_via(size_t size, vmap_malloc_exit slow, vmap_malloc_exit refill
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return vmap_malloc_fast_leave(h, o);
-	uint64_t n = h->fast_mallocs + 1;
-	__atomic_store_n(&h->fast_mallocs, n, __ATOMIC_RELAXED);
-	/* Every 128th, the fold the general paths make every 128 calls: the
-	 * clock, and the age purge once it is due (alloc.c). */
-	if (__builtin_expect(!(n & 127), 0))
-		return vmap_fold_and_return(o);
+	/* Every 128th (VMAP_HEAP_STEP), the count's step and the fold the
+	 * general paths make every 128 calls: the clock, and the age purge
+	 * once it is due (alloc.c). */
+	if (__builtin_expect(--h->mallocs_left == 0, 0))
+		return vmap_fast_malloc_step(h, o);
 	return o;
 }
 
@@ -173,7 +174,8 @@ __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return vmap_free_fast_leave(h);
-	__atomic_store_n(&h->fast_frees, h->fast_frees + 1, __ATOMIC_RELAXED);
+	if (__builtin_expect(--h->frees_left == 0, 0))
+		return vmap_fast_free_step(h);
 }
 
 #endif

@@ -48,6 +48,7 @@ struct vmap_slab {
 };
 
 #define NCLASSES 44
+#define VMAP_HEAP_STEP 128 /* the fast paths' counting step, and malloc's tick */
 
 /* The objects of d handed out and not freed (frees on the remote stack count
  * as out): kept as over = used - wake, so that the owner's free decrements
@@ -69,11 +70,18 @@ enum { SLAB_NONE = 0, SLAB_CUR, SLAB_PARTIAL, SLAB_FULL, SLAB_ABANDONED };
 /* A thread's heap: per class, the slab it allocates from and its others. */
 struct vmap_heap {
 	/* Mallocs and frees served by the fast paths (alloc.c), counted here
-	 * and not in the statistics' per-thread deltas: one plain add instead
-	 * of two adds, a mask and a countdown.  Written by the owner only;
-	 * the statistics add every heap's figures at a read (heaps are never
-	 * unmapped, a recycled heap keeps counting). */
+	 * and not in the statistics' per-thread deltas.  Written by the owner
+	 * only, in steps: the fast paths count down mallocs_left and
+	 * frees_left, and each time one reaches 0 it adds VMAP_HEAP_STEP to
+	 * its total (one decrement and a jump a call, where a plain count was
+	 * a load, an add and a store, and malloc's tick every 128th a test
+	 * more); the thread's exit adds the rest.  The statistics add every
+	 * heap's totals at a read, and the calling thread's own rest (exact
+	 * for it and for exited threads; other running threads' lag by less
+	 * than a step).  Heaps are never unmapped, a recycled heap keeps
+	 * counting. */
 	uint64_t fast_mallocs, fast_frees;
+	int32_t mallocs_left, frees_left;
 	uint64_t fast_callocs, fast_memaligns; /* calloc's and the aligned calls' (not in fast_mallocs) */
 	struct vmap_heap *all_next; /* every heap ever made (vmap_slab_fast_counts) */
 	struct vmap_slab *cur[NCLASSES];     /* never NULL: &vmap_slab_none when there is none */

@@ -48,6 +48,7 @@ static struct vmap_heap *heap_get(void)
 		return NULL;
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)len);
 	h = m;
+	h->mallocs_left = h->frees_left = VMAP_HEAP_STEP;
 	for (unsigned c = 0; c < NCLASSES; c++)
 		h->cur[c] = &vmap_slab_none;
 	h->all_next = __atomic_load_n(&heap_all, __ATOMIC_RELAXED);
@@ -65,6 +66,11 @@ void vmap_slab_fast_counts(uint64_t *allocs, uint64_t *frees)
 		     __atomic_load_n(&h->fast_callocs, __ATOMIC_RELAXED) +
 		     __atomic_load_n(&h->fast_memaligns, __ATOMIC_RELAXED);
 		f += __atomic_load_n(&h->fast_frees, __ATOMIC_RELAXED);
+	}
+	struct vmap_heap *own = vmap_tls.heap; /* its counts' rest: this thread's own */
+	if (own) {
+		m += (uint64_t)(VMAP_HEAP_STEP - own->mallocs_left);
+		f += (uint64_t)(VMAP_HEAP_STEP - own->frees_left);
 	}
 	*allocs = m;
 	*frees = f;
@@ -162,6 +168,13 @@ void vmap_slab_thread_exit(void)
 	vmap_tls_heap_state = HEAP_DEAD; /* later mallocs of this thread: glibc */
 	if (!h)
 		return;
+	/* the counts' rest into the totals (the statistics read only a
+	 * running thread's own rest) */
+	__atomic_store_n(&h->fast_mallocs, h->fast_mallocs + (uint64_t)(VMAP_HEAP_STEP - h->mallocs_left),
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&h->fast_frees, h->fast_frees + (uint64_t)(VMAP_HEAP_STEP - h->frees_left),
+			 __ATOMIC_RELAXED);
+	h->mallocs_left = h->frees_left = VMAP_HEAP_STEP;
 	heap_abandon(h);
 	vmap_lock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	h->next_free = heap_free_list;
