@@ -61,7 +61,7 @@ vmap_fast_malloc_via(size_t size, vmap_malloc_exit slow, vmap_malloc_exit refill
 {
 	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(!h || size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
-				     vmap_reentered(),
+				     vmap_reentered_or_parked(),
 			     0))
 		return slow(size);
 	vmap_depth_enter();
@@ -109,7 +109,7 @@ __attribute__((always_inline)) static inline void *vmap_fast_pop(size_t size, ui
 {
 	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(!h || size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
-				     vmap_reentered(),
+				     vmap_reentered_or_parked(),
 			     0))
 		return NULL;
 	vmap_depth_enter();
@@ -155,7 +155,7 @@ __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 	struct vmap_slab *d = __atomic_load_n(&vmap_slab0.tab[off >> VMAP_SLAB_UNIT_SHIFT].head,
 					      __ATOMIC_RELAXED);
 	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(!d || vmap_reentered(), 0))
+	if (__builtin_expect(!d || vmap_reentered_or_parked(), 0))
 		return vmap_free_slow(p); /* a large block */
 	/* (no heap: h NULL, which no slab's owner is) */
 	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h, 0))

@@ -40,6 +40,16 @@ static inline bool vmap_reentered(void)
 	return __builtin_expect((vmap_tls.reentry & ~VMAP_REENTRY_DEFERRED) != 0, 0);
 }
 
+/* Re-entered, or a free or munmap parked: the fast paths (fast.h) take the
+ * general ones, which drain what is parked.  One compare with the word in
+ * memory, and the section's entry then one increment of it: where the
+ * fast paths masked the parked bit out, they loaded the word, tested it and
+ * stored it incremented. */
+static inline bool vmap_reentered_or_parked(void)
+{
+	return __builtin_expect(vmap_tls.reentry != 0, 0);
+}
+
 /* A section; nests.  The handler that competes runs on this thread, so a
  * compiler barrier orders it.  The increment and decrement are plain: a
  * handler only ever sets the DEFERRED bit (with an atomic or), and where the
