@@ -5,9 +5,13 @@
  * Without them, every `new char[n]` went through libstdc++'s operator new[]
  * -> operator new -> malloc, and every delete[] through two more calls before
  * free: about 22 instructions an allocation and free on top of vmapalloc's own
- * (callgrind, mimalloc-bench's larson: 130 -> 108 a pair; mimalloc, jemalloc
+ * (callgrind, mimalloc-bench's larson: 131 -> 113 a pair; mimalloc, jemalloc
  * and tcmalloc export these operators too).  The nothrow and aligned forms stay
  * libstdc++'s: they call the plain operator (ours) or aligned_alloc and free.
+ * With VMAPALLOC_PROFILE=1 an allocation site is the caller of operator new
+ * (libunwind walks through these frames); in a build without libunwind the
+ * walk by frame pointers stops inside vmapalloc, and the exits below are
+ * calls, not jumps, so new's sites may go unnamed there.
  *
  * operator new keeps the language's contract, which malloc has not: never
  * NULL.  When the allocation fails it calls the program's new-handler and
