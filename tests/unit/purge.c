@@ -862,26 +862,38 @@ static bool faults(const volatile char *p)
 	return faulted;
 }
 
+/* Mappings of len bytes on both sides of a 64 KiB block, unmapped, the
+ * block freed and everything purged: m1 and m2 guarded, the block a zero
+ * run between them (which joins them).  *keep holds the chunk. */
+static void guarded_around_block(size_t len, char **m1, char **a, char **m2, void **keep)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
+	facade_setup(env);
+	*m1 = served(len);
+	*a = alloc_ok(A64K);
+	*m2 = served(len);
+	*keep = alloc_ok(A64K);
+	cr_assert_eq(*a, *m1 + len, "the block follows the first mapping");
+	cr_assert_eq(*m2, *a + AREA64K, "the second mapping follows the block");
+	memset(*m1, 1, len);
+	memset(*a, 2, A64K);
+	memset(*m2, 3, len);
+	cr_assert_eq(vmap_munmap(*m1, len), 0);
+	cr_assert_eq(vmap_munmap(*m2, len), 0);
+	vmap_range_free(*a, "free");
+	vmap_range_purge(true);
+}
+
 /* A guarded run of small pieces (under 2 MiB) gets guard markers over it,
  * where the kernel has them, not a PROT_NONE mapping: no VMA of its own.  Programs that trim small
  * mappings to their alignment (Ruby's heap pages) made thousands of such
  * mappings.  Every page of it faults all the same, and it is reused whole. */
 Test(purge, a_small_guarded_run_gets_markers_not_a_mapping)
 {
-	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
-			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
-	facade_setup(env);
-	char *m1 = served(A64K);
-	char *a = alloc_ok(A64K);
-	char *m2 = served(A64K);
-	void *keep = alloc_ok(A64K);
-	cr_assert_eq(a, m1 + A64K, "the block follows the first mapping");
-	cr_assert_eq(m2, a + AREA64K, "the second mapping follows the block");
-	memset(a, 2, A64K);
-	cr_assert_eq(vmap_munmap(m1, A64K), 0);
-	cr_assert_eq(vmap_munmap(m2, A64K), 0);
-	vmap_range_free(a, "free");
-	vmap_range_purge(true); /* m1, m2: guarded; a: zero, between them */
+	char *m1, *a, *m2;
+	void *keep;
+	guarded_around_block(A64K, &m1, &a, &m2, &keep);
 	uint64_t t = tag_of(m1);
 	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
 	cr_assert_eq(vmap_tag_pages(t), 16 + 17 + 16, "one run over the three");
@@ -1111,22 +1123,9 @@ Test(purge, purge_drops_the_tables_of_the_spans_it_completes)
  * block's pages fault like the pieces around them. */
 Test(purge, a_guarded_run_of_several_pieces_is_one_prot_none_mapping)
 {
-	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
-			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
-	facade_setup(env);
-	char *m1 = served(1 * MiB);
-	char *a = alloc_ok(A64K);
-	char *m2 = served(1 * MiB);
-	void *keep = alloc_ok(A64K);
-	cr_assert_eq(a, m1 + 1 * MiB, "the block follows the first mapping");
-	cr_assert_eq(m2, a + AREA64K, "the second mapping follows the block");
-	memset(m1, 1, 1 * MiB);
-	memset(a, 2, A64K);
-	memset(m2, 3, 1 * MiB);
-	cr_assert_eq(vmap_munmap(m1, 1 * MiB), 0);
-	cr_assert_eq(vmap_munmap(m2, 1 * MiB), 0);
-	vmap_range_free(a, "free");
-	vmap_range_purge(true);
+	char *m1, *a, *m2;
+	void *keep;
+	guarded_around_block(1 * MiB, &m1, &a, &m2, &keep);
 	uint64_t t = tag_of(m1);
 	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
 	cr_assert_eq(vmap_tag_pages(t), 256 + 17 + 256, "one run over the pieces and the block");
