@@ -323,7 +323,11 @@ __attribute__((noinline)) void vmap_free_general(void *p)
 		return;
 	}
 	count(VMAP_STAT_free_calls);
-	bool owned = r != NULL;
+	/* An escape block is looked for first: the kernel may place one
+	 * inside the arena, in the hole a realloc's move leaves in it until
+	 * mapped again (move.c); another thread's signal handler's block
+	 * landed there, and its free was taken for an arena block's. */
+	bool owned = r != NULL && !escape_of(p);
 	if (__builtin_expect(vmap_profile_on, 0))
 		prof_free(p, owned);
 	if (owned) {
@@ -390,11 +394,11 @@ static size_t usable(void *p)
 	struct vmap_slab *sl = vmap_slab_at((uintptr_t)p);
 	if (sl)
 		return vmap_slab_usable(sl, p, "malloc_usable_size", false);
-	if (vmap_range_owns(p))
-		return vmap_range_usable(p, "malloc_usable_size");
-	struct escape *e = escape_of(p);
+	struct escape *e = escape_of(p); /* (first: one may sit in the arena, free above) */
 	if (e)
 		return e->len;
+	if (vmap_range_owns(p))
+		return vmap_range_usable(p, "malloc_usable_size");
 	if (vmap_mi_owns(p))
 		return vmap_mi.usable_size(p);
 	return vmap_libc.usable_size(p);
@@ -453,7 +457,7 @@ void *vmap_realloc(void *p, size_t size)
 		/* Kept while it fits and at least half of it stays used. */
 		size_t old = vmap_slab_usable(sl, p, "realloc", true);
 		q = size <= old && size >= old / 2 ? p : realloc_copy(p, old, size);
-	} else if (!vmap_range_owns(p) && (e = escape_of(p))) {
+	} else if ((e = escape_of(p))) { /* (first: one may sit in the arena, free above) */
 		q = realloc_copy(p, e->len, size);
 	} else if (!vmap_range_owns(p)) {
 		/* mimalloc's or glibc's block (or none: glibc stops the program):
