@@ -212,6 +212,17 @@ void vmap_fast_paths_off(void)
 static uint64_t vmap_auto_total; /* small requests added so far */
 static bool auto_switched;
 
+/* Or once this many threads have each made a batch: glibc then serves
+ * threads that allocate at once, from arenas of their own, and frees
+ * across them under the arena locks.  rptest's two threads reach the count
+ * at 17% of their calls and spend half their time there (glibc's lock
+ * waits and one mprotect per page of heap grown); a process that starts
+ * threads is not the short process the count is for.  A thread that makes a
+ * call or two and exits (mleak: 50,000 of them) never makes a batch. */
+#define AUTO_THREADS 2u
+static uint32_t vmap_auto_threads;
+static __thread bool vmap_tls_auto_added;
+
 static uint32_t auto_step(void)
 {
 	return vmap_opt.auto_after < AUTO_STEP ? (uint32_t)vmap_opt.auto_after : AUTO_STEP;
@@ -224,7 +235,10 @@ __attribute__((noinline, cold)) void vmap_auto_add(void)
 	 * the step is 0 (a thread's count met it again when it wrapped). */
 	if (!step || vmap_opt.backend != VMAP_BACKEND_AUTO)
 		return;
-	if (__atomic_add_fetch(&vmap_auto_total, step, __ATOMIC_RELAXED) < vmap_opt.auto_after)
+	bool first = !vmap_tls_auto_added;
+	vmap_tls_auto_added = true;
+	if (__atomic_add_fetch(&vmap_auto_total, step, __ATOMIC_RELAXED) < vmap_opt.auto_after &&
+	    !(first && __atomic_add_fetch(&vmap_auto_threads, 1, __ATOMIC_RELAXED) >= AUTO_THREADS))
 		return;
 	__atomic_store_n(&vmap_auto_step, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
