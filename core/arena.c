@@ -380,13 +380,13 @@ static bool unused_state(unsigned st)
 	return st == VMAP_RUN_ZERO || st == VMAP_RUN_GUARDED;
 }
 
-void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
+bool vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 {
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
 	struct vmap_region *r = vmap_region_of(run);
 	uint64_t t = vmap_pte_of(r, run)->tag;
 	if (!unused_state(vmap_tag_run_state(t)))
-		return; /* the common case: one compare */
+		return false; /* the common case: one compare */
 	/* Zero and guarded runs touch without merging (runs.c): the chunks a
 	 * row of them covers go back as if one run covered them.  A row has
 	 * three runs at most ([ zero | G | zero ]: a zero run between two
@@ -407,7 +407,7 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	uintptr_t cs = (start + VMAP_CHUNK - 1) & ~(uintptr_t)(VMAP_CHUNK - 1);
 	uintptr_t ce = end & ~(uintptr_t)(VMAP_CHUNK - 1);
 	if (ce <= cs)
-		return;
+		return false;
 	bool guarded = false;
 	for (uintptr_t a = start; a < end; a += vmap_tag_pages(t) << VMAP_PAGE_SHIFT) {
 		t = vmap_pte_of(r, a)->tag;
@@ -437,7 +437,7 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 								 -1, 0))
 				: vmap_os_map_fresh((void *)cs, ce - cs) == 0;
 	if (!remapped && guarded)
-		return;
+		return false;
 	for (uintptr_t a = start, b; a < end; a = b) {
 		struct vmap_pte *e = vmap_pte_of(r, a);
 		t = e->tag;
@@ -478,6 +478,7 @@ void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	vmap_unclaimed_add(s->id, (int64_t)(ce - cs));
 	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 	vmap_stat_add_cpu(s->id, VMAP_STAT_chunks_returned, (int64_t)((ce - cs) >> VMAP_CHUNK_SHIFT));
+	return true;
 }
 
 unsigned vmap_own_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max, bool tables)

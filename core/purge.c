@@ -222,16 +222,16 @@ static void reinsert(unsigned n, int advice)
 		/* A chunk purged whole is worth more to every shard than to this
 		 * one: after a program frees everything, another CPU may need it
 		 *. */
-		if (state != VMAP_RUN_ADVISED)
-			vmap_chunks_give_back_locked(s, run);
+		bool gave = state != VMAP_RUN_ADVISED && vmap_chunks_give_back_locked(s, run);
 		/* Whole 2 MiB spans the victim completes lose their page tables
 		 * (vm.c): fork would copy them, empty.  Not when chunks went back:
-		 * that mapped them afresh already; nor when the victim joined two
+		 * that mapped them afresh already, and the run is not read again
+		 * (its first chunk may be lent to the kernel already, and its
+		 * address no longer the arena's); nor when the victim joined two
 		 * guarded runs: that mapped the run afresh PROT_NONE, and a span
 		 * mapped writable would take the faults from pages the program
 		 * unmapped. */
-		if (vmap_tag_run_state(merged) == VMAP_RUN_ZERO &&
-		    vmap_pte_of(vmap_region_of(run), run)->tag == merged)
+		if (!gave && vmap_tag_run_state(merged) == VMAP_RUN_ZERO)
 			vmap_zero_spans_locked(run, victims[i].a,
 					       victims[i].a + (victims[i].pages << VMAP_PAGE_SHIFT));
 	}

@@ -232,8 +232,12 @@ void vmap_range_flush_cached(void);
 /* The zero or guarded free run starting at run: the whole chunks it covers
  * go back to the arena, mapped afresh, for any shard to claim.
  * Shard lock held; takes the global lock (a higher rank) only when there is
- * a whole chunk to give. */
-void vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
+ * a whole chunk to give.  Returns whether chunks went back: those are no
+ * longer the shard's once the global lock is released, and under a tight
+ * RLIMIT_AS another thread may lend them to the kernel at once (unmapped,
+ * and not the arena's for vmap_region_of), so the caller reads nothing of
+ * the runs it had there, run's own entry included, after a true. */
+bool vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run);
 /* Page moves with mremap (realloc, and the program's mremap of served
  * memory) leave the moved area in a VMA of its own until its pages are
  * purged or unmapped (move.c: vmap_moves): whether one more fits the

@@ -26,6 +26,8 @@ void *__real_vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags
 void *__real_vmap_os_reserve(size_t len, size_t align, int prot);
 int __real_vmap_os_map_fresh(void *addr, size_t len);
 int __real_vmap_os_map_hole(void *addr, size_t len);
+int __real_vmap_os_futex_wait_ns(volatile uint32_t *word, uint32_t expected, uint64_t ns);
+int __real_vmap_os_futex_wake(volatile uint32_t *word, int n);
 
 void *__wrap_vmap_os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 int __wrap_vmap_os_munmap(void *addr, size_t len);
@@ -35,6 +37,8 @@ void *__wrap_vmap_os_mremap(void *old, size_t old_len, size_t new_len, int flags
 void *__wrap_vmap_os_reserve(size_t len, size_t align, int prot);
 int __wrap_vmap_os_map_fresh(void *addr, size_t len);
 int __wrap_vmap_os_map_hole(void *addr, size_t len);
+int __wrap_vmap_os_futex_wait_ns(volatile uint32_t *word, uint32_t expected, uint64_t ns);
+int __wrap_vmap_os_futex_wake(volatile uint32_t *word, int n);
 
 #define MAX_RANGES 8192
 #define MAX_RESERVES 64
@@ -211,8 +215,44 @@ int __wrap_vmap_os_munmap(void *addr, size_t len)
 	return __real_vmap_os_munmap(addr, len);
 }
 
+static void (*madvise_hook)(void *addr, size_t len, int advice);
+static void (*wait_hook)(volatile uint32_t *word);
+static void (*wake_hook)(volatile uint32_t *word);
+
+void fake_madvise_hook(void (*fn)(void *addr, size_t len, int advice))
+{
+	__atomic_store_n(&madvise_hook, fn, __ATOMIC_RELEASE);
+}
+
+void fake_futex_hooks(void (*before_wait)(volatile uint32_t *word),
+		      void (*after_wake)(volatile uint32_t *word))
+{
+	__atomic_store_n(&wait_hook, before_wait, __ATOMIC_RELEASE);
+	__atomic_store_n(&wake_hook, after_wake, __ATOMIC_RELEASE);
+}
+
+int __wrap_vmap_os_futex_wait_ns(volatile uint32_t *word, uint32_t expected, uint64_t ns)
+{
+	void (*fn)(volatile uint32_t *) = __atomic_load_n(&wait_hook, __ATOMIC_ACQUIRE);
+	if (fn)
+		fn(word);
+	return __real_vmap_os_futex_wait_ns(word, expected, ns);
+}
+
+int __wrap_vmap_os_futex_wake(volatile uint32_t *word, int n)
+{
+	int rc = __real_vmap_os_futex_wake(word, n);
+	void (*fn)(volatile uint32_t *) = __atomic_load_n(&wake_hook, __ATOMIC_ACQUIRE);
+	if (fn)
+		fn(word);
+	return rc;
+}
+
 int __wrap_vmap_os_madvise(void *addr, size_t len, int advice)
 {
+	void (*hook)(void *, size_t, int) = __atomic_load_n(&madvise_hook, __ATOMIC_ACQUIRE);
+	if (hook)
+		hook(addr, len, advice);
 	int err = enter(FAKE_MADVISE);
 	if (advice >= 0 && advice < MAX_ADVICE)
 		__atomic_add_fetch(&fk.madvise_by_advice[advice], 1, __ATOMIC_RELAXED);

@@ -74,5 +74,13 @@ unsigned fake_advised(int advice, struct fake_range *out, unsigned max);
 void fake_mremap_partial(size_t moved, size_t hole);
 /* Sizes asked of vmap_os_reserve, in call order. */
 unsigned fake_reserve_sizes(size_t *out, unsigned max);
+/* Hooks for races made to order (NULL: none; kept by fake_reset): fn runs
+ * at the start of every madvise; before_wait before every timed futex wait
+ * (a lock's sleep), after_wake after every futex wake (a contended lock's
+ * unlock), each given the futex word.  In whichever thread makes the call:
+ * a hook that takes the core's locks takes them in that thread. */
+void fake_madvise_hook(void (*fn)(void *addr, size_t len, int advice));
+void fake_futex_hooks(void (*before_wait)(volatile uint32_t *word),
+		      void (*after_wake)(volatile uint32_t *word));
 
 #endif

@@ -8,14 +8,18 @@
  * (the limit would starve Criterion's own mappings); the child prints the
  * check that failed and exits 1.  Linked with the VMAP_DEBUG core: the model
  * check vmap_range_check() runs after every range operation, lent chunks
- * included.
+ * included; and with the OS seam's fakes (fake_os.c), whose hooks put a
+ * lend at a chosen point of a purge.
  */
 #include "unit.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include "fake_os.h"
 #include "range_impl.h"
 
 TestSuite(tight, .timeout = 60);
@@ -234,4 +238,131 @@ static int grow_in_place(void)
 Test(tight, realloc_grows_in_place_into_the_next_chunks)
 {
 	cr_assert_eq(run(grow_in_place), 0);
+}
+
+/* ---- a lend racing a purge ------------------------------------------------ */
+
+/*
+ * A purge gives a chunk back (arena.c), and the moment it releases the
+ * global lock another thread lends that chunk to the kernel, as
+ * vmap_range_lend does once its own trim is over: unmapped, its addresses
+ * no longer the arena's.  The purge read the run it had just given back
+ * after that, through vmap_region_of's NULL: a SIGSEGV, seen once under
+ * tight_limit's 8 threads.  The schedule, made to order through the OS
+ * seam: at the madvise of the chunk's page-table slice, the give-back's
+ * last call before it takes the global lock, a helper thread takes that
+ * lock first; the purge sleeps on it (futex wait) and the helper lets it
+ * go; the purge's unlock then wakes (futex wake), and there, right after
+ * the give-back's global section, the chunk is lent.
+ */
+static struct {
+	uintptr_t chunk;  /* the chunk the purge gives back, and the helper lends */
+	pthread_t purger; /* the thread that purges */
+	int step;         /* 1 helper to lock, 2 locked, 3 purger asleep, 4 lent; 5 over */
+} race;
+
+/* Until the schedule reaches step (bounded: a schedule that never comes
+ * fails the test, it does not hang it). */
+static bool race_wait_for(int step)
+{
+	for (long i = 0; i < 5000000; i++) {
+		if (__atomic_load_n(&race.step, __ATOMIC_ACQUIRE) >= step)
+			return true;
+		sched_yield();
+	}
+	return false;
+}
+
+static void race_madvise(void *addr, size_t len, int advice)
+{
+	struct vmap_region *r = &vmap_regions[0];
+	size_t each = VMAP_CHUNK_PAGES * sizeof(struct vmap_pte);
+	size_t c = (race.chunk - r->base) >> VMAP_CHUNK_SHIFT;
+	(void)len;
+	if (advice != MADV_DONTNEED || addr != (char *)r->pt + c * each ||
+	    __atomic_load_n(&race.step, __ATOMIC_ACQUIRE) != 0)
+		return;
+	__atomic_store_n(&race.step, 1, __ATOMIC_RELEASE);
+	race_wait_for(2);
+}
+
+static void race_wait(volatile uint32_t *word)
+{
+	if (word == &vmap_global_lock.word && pthread_equal(pthread_self(), race.purger) &&
+	    __atomic_load_n(&race.step, __ATOMIC_ACQUIRE) == 2)
+		__atomic_store_n(&race.step, 3, __ATOMIC_RELEASE);
+}
+
+/* The purge's unlock, right after it gave the chunk back: lent (tight.c's
+ * marking, then the unmap). */
+static void race_wake(volatile uint32_t *word)
+{
+	struct vmap_region *r = &vmap_regions[0];
+	size_t c = (race.chunk - r->base) >> VMAP_CHUNK_SHIFT;
+	if (word != &vmap_global_lock.word || !pthread_equal(pthread_self(), race.purger) ||
+	    __atomic_load_n(&race.step, __ATOMIC_ACQUIRE) != 3)
+		return;
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	if (vmap_chunk_is_free(r->chunk_owner[c])) {
+		__atomic_store_n(&r->chunk_owner[c], VMAP_CHUNK_LENT, __ATOMIC_RELAXED);
+		vmap_lent_chunks++;
+		__atomic_store_n(&r->whole, 0, __ATOMIC_RELEASE);
+		if (munmap((void *)race.chunk, VMAP_CHUNK) == 0)
+			vmap_unclaimed_add(0, -(int64_t)VMAP_CHUNK);
+		__atomic_store_n(&race.step, 4, __ATOMIC_RELEASE);
+	}
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+}
+
+static void *race_helper(void *arg)
+{
+	(void)arg;
+	if (!race_wait_for(1))
+		return NULL;
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	int one = 1;
+	if (__atomic_compare_exchange_n(&race.step, &one, 2, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE))
+		race_wait_for(3);
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	return NULL;
+}
+
+static int lend_during_purge(void)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	REQ(limited_setup(200 * MiB, env) == 0);
+	/* The first block starts the first chunk; freed, it waits in a pool,
+	 * and its purge makes the whole chunk one zero run, which goes back. */
+	void *p = vmap_range_alloc(64 * KiB, VMAP_PAGE, &zero);
+	REQ(p && ((uintptr_t)p & (VMAP_CHUNK - 1)) == 0);
+	vmap_range_free(p, "free");
+	race.chunk = (uintptr_t)p;
+	race.purger = pthread_self();
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 * KiB);
+	pthread_t helper;
+	REQ(pthread_create(&helper, &attr, race_helper, NULL) == 0);
+	fake_madvise_hook(race_madvise);
+	fake_futex_hooks(race_wait, race_wake);
+	vmap_range_purge(true);
+	fake_madvise_hook(NULL);
+	fake_futex_hooks(NULL, NULL);
+	int reached = __atomic_exchange_n(&race.step, 5, __ATOMIC_ACQ_REL); /* (ends any wait) */
+	REQ(pthread_join(helper, NULL) == 0);
+	/* The schedule happened: the purge gave the chunk back, then it was lent. */
+	REQ(reached == 4);
+	REQ(ctr(VMAP_STAT_chunks_returned) == 1);
+	REQ(vmap_lent_chunks == 1 && !vmap_range_owns(p));
+	/* The arena goes on. */
+	void *q = vmap_range_alloc(MiB, VMAP_PAGE, &zero);
+	REQ(q && vmap_range_owns(q));
+	vmap_range_free(q, "free");
+	return 0;
+}
+
+Test(tight, a_chunk_lent_as_the_purge_gives_it_back_is_not_read_again)
+{
+	cr_assert_eq(run(lend_during_purge), 0);
 }
