@@ -453,22 +453,37 @@ bool vmap_range_resize(void *p, size_t size)
 		/* Atomic: a free of the neighbour CASes LIVE to CACHED without
 		 * the lock (either value is not FREE: the same decision). */
 		uint64_t rt = __atomic_load_n(&re->tag, __ATOMIC_RELAXED), rp = vmap_tag_pages(rt);
+		unsigned rs = vmap_tag_run_state(rt), zs;
+		uint64_t extra = want - pages, first = extra < rp ? extra : rp, zp = 0;
+		bool free_run = vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
+				!!(rt & VMAP_TAG_BIG) == big && rs != VMAP_RUN_PROTECTED;
+		/* A neighbour in another state (dirty, advised, guarded) that is
+		 * too small may be followed by a zero run, which does not merge
+		 * with it: the free chunks vmap_tight_room_after took. */
+		uintptr_t z = end + (rp << VMAP_PAGE_SHIFT);
+		if (free_run && pages + rp < want && vmap_run_at(s, r, z, big, &zs) &&
+		    zs == VMAP_RUN_ZERO)
+			zp = vmap_tag_pages(vmap_pte_of(r, z)->tag);
 		/* A guarded neighbour is unguarded first (under the lock: one
 		 * madvise): if that fails, no growth, nothing changed. */
-		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_tag_shard(rt) == s->id &&
-		    !!(rt & VMAP_TAG_BIG) == big && pages + rp >= want &&
-		    vmap_tag_run_state(rt) != VMAP_RUN_PROTECTED &&
-		    (vmap_tag_run_state(rt) != VMAP_RUN_GUARDED || !vmap_unguard(end, want - pages))) {
+		if (free_run && pages + rp + zp >= want &&
+		    (rs != VMAP_RUN_GUARDED || !vmap_unguard(end, first))) {
 			uint64_t stamp = re->stamp;
-			unsigned rs = vmap_tag_run_state(rt);
 			vmap_run_take_locked(s, re, rt);
-			uint64_t extra = want - pages;
 			if (rp > extra)
 				vmap_run_set_locked(s, r, end + (extra << VMAP_PAGE_SHIFT), rp - extra, rs, big,
 					       stamp);
+			if (extra > rp) {
+				struct vmap_pte *ze = vmap_pte_of(r, z);
+				uint64_t zstamp = ze->stamp, more = extra - rp;
+				vmap_run_take_locked(s, ze, ze->tag);
+				if (zp > more)
+					vmap_run_set_locked(s, r, z + (more << VMAP_PAGE_SHIFT), zp - more,
+							    VMAP_RUN_ZERO, big, zstamp);
+			}
 			if (rs == VMAP_RUN_DIRTY || rs == VMAP_RUN_PROTECTED)
 				vmap_stat_add_cpu(s->id, VMAP_STAT_cached_bytes,
-						  -(int64_t)(extra << VMAP_PAGE_SHIFT));
+						  -(int64_t)(first << VMAP_PAGE_SHIFT));
 			__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, want, t & VMAP_TAG_BIG),
 					 __ATOMIC_RELEASE);
 			done = true;

@@ -152,9 +152,11 @@ size_t vmap_range_lend(size_t want)
  * and glibc's mremap would not.  When the block, or the free run of its
  * shard and kind after it, ends where a chunk does, the free chunks from
  * there on that it lacks become the shard's, taken back if they were lent,
- * and join that run: vmap_range_resize then finds room.  extra: the pages
- * the block lacks.  No lock held (the run is read as a hint: at worst the
- * chunks are the shard's free space for later).
+ * and a zero run: one with that run if it is zero, else right after it
+ * (runs in different states do not merge, runs.c), where
+ * vmap_range_resize takes the two.  extra: the pages the block lacks.  No
+ * lock held (the run is read as a hint: at worst the chunks are the
+ * shard's free space for later).
  */
 void vmap_tight_room_after(struct vmap_shard *s, struct vmap_region *r, uintptr_t end,
 			   uint64_t extra, bool big)
@@ -162,9 +164,10 @@ void vmap_tight_room_after(struct vmap_shard *s, struct vmap_region *r, uintptr_
 	if (!vmap_arena_tight() || end >= r->base + r->size)
 		return;
 	uint64_t have = 0;
-	uint64_t t = __atomic_load_n(&vmap_pte_of(r, end)->tag, __ATOMIC_RELAXED);
-	if (vmap_tag_state(t) == VMAP_ST_FREE && vmap_run_mergeable(t, s->id, big, VMAP_RUN_ZERO))
-		have = vmap_tag_pages(t);
+	unsigned st;
+	/* (Lazily unmapped pages, protected, are not grown into.) */
+	if (vmap_run_at(s, r, end, big, &st) && st != VMAP_RUN_PROTECTED)
+		have = vmap_tag_pages(__atomic_load_n(&vmap_pte_of(r, end)->tag, __ATOMIC_RELAXED));
 	uintptr_t a = end + (have << VMAP_PAGE_SHIFT);
 	if (have >= extra || ((a - r->base) & (VMAP_CHUNK - 1)))
 		return;

@@ -19,7 +19,9 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include "alloc.h"
 #include "fake_os.h"
+#include "mmap.h"
 #include "range_impl.h"
 
 TestSuite(tight, .timeout = 60);
@@ -238,6 +240,89 @@ static int grow_in_place(void)
 Test(tight, realloc_grows_in_place_into_the_next_chunks)
 {
 	cr_assert_eq(run(grow_in_place), 0);
+}
+
+/* The whole facade under the limit (the program's mmap served too), and a
+ * first block of 1 MiB, guard page included, at the start of the first
+ * chunk. */
+static char *facade_block(void)
+{
+	static char *const env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0",
+				    "VMAPALLOC_LAZY_MAX=1M", "VMAPALLOC_POOL_PAGES=16",
+				    "VMAPALLOC_CACHE=0", NULL};
+	if (vsize() > 64 * GiB)
+		_exit(SKIPPED);
+	uint64_t limit = vsize() + 200 * MiB;
+	struct rlimit rl = {limit, limit};
+	if (setrlimit(RLIMIT_AS, &rl) != 0)
+		return NULL;
+	for (char *const *e = env; *e; e++)
+		putenv(*e);
+	vmap_init();
+	if (!vmap_range_ready() || !vmap_arena_tight())
+		return NULL;
+	char *a = vmap_range_alloc(MiB - VMAP_PAGE, VMAP_PAGE, &zero);
+	if (!a || ((uintptr_t)a & (VMAP_CHUNK - 1)))
+		return NULL;
+	memset(a, 0x11, MiB - VMAP_PAGE);
+	return a;
+}
+
+/* a, 1 MiB, grows to 3 MiB: past the run after it, to the chunk's end, and
+ * into the next chunk.  The run was read as tight.c's hint, not merged. */
+static int grow_to_3m(char *a, unsigned run_state)
+{
+	uint64_t t = vmap_pte_at((uintptr_t)a + MiB)->tag;
+	REQ(vmap_tag_state(t) == VMAP_ST_FREE && vmap_tag_run_state(t) == run_state);
+	REQ(vmap_tag_pages(t) == MiB >> VMAP_PAGE_SHIFT);
+	uint64_t taken = (uint64_t)ctr(VMAP_STAT_chunks_taken);
+	REQ(vmap_range_resize(a, 3 * MiB));
+	REQ(vmap_range_usable(a, "realloc") >= 3 * MiB);
+	REQ((uint64_t)ctr(VMAP_STAT_chunks_taken) == taken + 1);
+	REQ(a[0] == 0x11 && a[MiB - VMAP_PAGE - 1] == 0x11);
+	memset(a, 0x22, 3 * MiB); /* every page writable: the guarded ones too */
+	vmap_range_free(a, "free");
+	return 0;
+}
+
+static int grow_past_guarded(void)
+{
+	char *a = facade_block();
+	REQ(a);
+	/* The program's mapping fills the rest of the chunk; unmapped, its
+	 * pages are a guarded run (over LAZY_MAX / 4: not kept resident). */
+	char *m = vmap_mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	REQ(m == a + MiB);
+	memset(m, 0x5a, MiB);
+	REQ(vmap_munmap(m, MiB) == 0);
+	return grow_to_3m(a, VMAP_RUN_GUARDED);
+}
+
+static int grow_past_dirty(void)
+{
+	char *a = facade_block();
+	REQ(a);
+	/* A freed block fills the rest of the chunk: resident, a dirty run. */
+	char *b = vmap_range_alloc(MiB - VMAP_PAGE, VMAP_PAGE, &zero);
+	REQ(b == a + MiB);
+	memset(b, 0x5a, MiB - VMAP_PAGE);
+	vmap_range_free(b, "free");
+	return grow_to_3m(a, VMAP_RUN_DIRTY);
+}
+
+/* The free run after a block, to its chunk's end, is in another state than
+ * zero: the free chunks taken for the growth do not merge with it, and the
+ * block grows across both (before, only a zero run got room made after it,
+ * and since zero and guarded runs stopped merging, a guarded one did not:
+ * realloc had to move, old and new size at once, under the limit). */
+Test(tight, realloc_grows_past_a_guarded_run_into_the_next_chunks)
+{
+	cr_assert_eq(run(grow_past_guarded), 0);
+}
+
+Test(tight, realloc_grows_past_a_dirty_run_into_the_next_chunks)
+{
+	cr_assert_eq(run(grow_past_dirty), 0);
 }
 
 /* ---- a lend racing a purge ------------------------------------------------ */
