@@ -258,13 +258,33 @@ static unsigned dontneed_all(unsigned n)
 	return n + 1;
 }
 
+/* Whether a is still the head of a free run of s: a run listed before an
+ * earlier give-back of its row may have gone back with its chunk, which
+ * another shard may have claimed since, or another thread lent to the
+ * kernel (then a is not the arena's).  A chunk s owns stays s's while its
+ * lock is held.  Shard lock held. */
+static bool still_a_run(struct vmap_shard *s, uintptr_t a)
+{
+	struct vmap_region *r = vmap_region_of(a);
+	if (!r)
+		return false;
+	uint16_t o = __atomic_load_n(&r->chunk_owner[(a - r->base) >> VMAP_CHUNK_SHIFT],
+				     __ATOMIC_ACQUIRE);
+	uint64_t t = vmap_pte_of(r, a)->tag;
+	return o != VMAP_CHUNK_LENT && (o & 0x7fffu) == s->id + 1 &&
+	       vmap_tag_state(t) == VMAP_ST_FREE && vmap_tag_shard(t) == s->id;
+}
+
 /*
  * Whole free chunks in s's zero and guarded runs go back to the arena
  * (mapped afresh: resident remnants, guard markers and page-table slices
  * go with them).  A purge gives back the chunks its victims complete; pieces
  * the program unmapped, which are never victims, can free a whole chunk
  * without one, and kept it from the other shards and its table slice
- * resident until the process ended.  Shard lock held.
+ * resident until the process ended.  The runs are listed first, and a
+ * give-back takes the whole row of runs around one (arena.c): once one
+ * has gone back, the rest of the list is checked before use.  Shard lock
+ * held.
  */
 static void give_back_whole(struct vmap_shard *s)
 {
@@ -281,8 +301,10 @@ static void give_back_whole(struct vmap_shard *s)
 			     a = vmap_pte_of(vmap_region_of(a), a)->next)
 				runs[n++] = a;
 	}
+	bool gave = false;
 	for (unsigned k = 0; k < n; k++)
-		vmap_chunks_give_back_locked(s, runs[k]);
+		if (!gave || still_a_run(s, runs[k]))
+			gave |= vmap_chunks_give_back_locked(s, runs[k]);
 }
 
 /*

@@ -340,6 +340,26 @@ Test(tight, realloc_grows_past_a_dirty_run_into_the_next_chunks)
  * go; the purge's unlock then wakes (futex wake), and there, right after
  * the give-back's global section, the chunk is lent.
  */
+
+/* Another thread's lend, as vmap_range_lend makes it after its trim: chunk
+ * c, if free, marked lent (tight.c), then unmapped.  Whether it was. */
+static bool lend_if_free(uintptr_t c)
+{
+	struct vmap_region *r = &vmap_regions[0];
+	size_t i = (c - r->base) >> VMAP_CHUNK_SHIFT;
+	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	bool lend = vmap_chunk_is_free(r->chunk_owner[i]);
+	if (lend) {
+		__atomic_store_n(&r->chunk_owner[i], VMAP_CHUNK_LENT, __ATOMIC_RELAXED);
+		vmap_lent_chunks++;
+		__atomic_store_n(&r->whole, 0, __ATOMIC_RELEASE);
+		if (munmap((void *)c, VMAP_CHUNK) == 0)
+			vmap_unclaimed_add(0, -(int64_t)VMAP_CHUNK);
+	}
+	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
+	return lend;
+}
+
 static struct {
 	uintptr_t chunk;  /* the chunk the purge gives back, and the helper lends */
 	pthread_t purger; /* the thread that purges */
@@ -378,25 +398,14 @@ static void race_wait(volatile uint32_t *word)
 		__atomic_store_n(&race.step, 3, __ATOMIC_RELEASE);
 }
 
-/* The purge's unlock, right after it gave the chunk back: lent (tight.c's
- * marking, then the unmap). */
+/* The purge's unlock, right after it gave the chunk back: lent. */
 static void race_wake(volatile uint32_t *word)
 {
-	struct vmap_region *r = &vmap_regions[0];
-	size_t c = (race.chunk - r->base) >> VMAP_CHUNK_SHIFT;
 	if (word != &vmap_global_lock.word || !pthread_equal(pthread_self(), race.purger) ||
 	    __atomic_load_n(&race.step, __ATOMIC_ACQUIRE) != 3)
 		return;
-	vmap_lock(&vmap_global_lock, VMAP_RANK_GLOBAL);
-	if (vmap_chunk_is_free(r->chunk_owner[c])) {
-		__atomic_store_n(&r->chunk_owner[c], VMAP_CHUNK_LENT, __ATOMIC_RELAXED);
-		vmap_lent_chunks++;
-		__atomic_store_n(&r->whole, 0, __ATOMIC_RELEASE);
-		if (munmap((void *)race.chunk, VMAP_CHUNK) == 0)
-			vmap_unclaimed_add(0, -(int64_t)VMAP_CHUNK);
+	if (lend_if_free(race.chunk))
 		__atomic_store_n(&race.step, 4, __ATOMIC_RELEASE);
-	}
-	vmap_unlock(&vmap_global_lock, VMAP_RANK_GLOBAL);
 }
 
 static void *race_helper(void *arg)
@@ -450,4 +459,88 @@ static int lend_during_purge(void)
 Test(tight, a_chunk_lent_as_the_purge_gives_it_back_is_not_read_again)
 {
 	cr_assert_eq(run(lend_during_purge), 0);
+}
+
+/*
+ * The trim's give-back of whole chunks lists the zero and guarded runs
+ * first, then gives each back with the row of runs around it (arena.c): a
+ * guarded run listed after the zero run beside it went back with the first
+ * give-back, its chunk free, and another thread may lend that chunk before
+ * the list reaches it.  Here the next give-back's madvise lends it.
+ */
+static struct {
+	uintptr_t chunk; /* lent once free */
+	bool lent;
+} stale;
+
+static void lend_when_free(void *addr, size_t len, int advice)
+{
+	(void)addr;
+	(void)len;
+	(void)advice;
+	if (!stale.lent)
+		stale.lent = lend_if_free(stale.chunk);
+}
+
+/* A chunk filled by a block of `first` bytes, guard page included, and the
+ * program's mapping after it; *m: the mapping. */
+static char *block_and_mapping(size_t first, char **m)
+{
+	char *a = vmap_range_alloc(first - VMAP_PAGE, VMAP_PAGE, &zero);
+	if (!a || ((uintptr_t)a & (VMAP_CHUNK - 1)))
+		return NULL;
+	size_t rest = VMAP_CHUNK - first;
+	*m = vmap_mmap(NULL, rest, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return *m == a + first ? a : NULL;
+}
+
+/* The block freed and purged is a zero run, the mapping unmapped a guarded
+ * one: a row that covers the chunk (never a purge's victim: not given back
+ * but by the trim). */
+static bool zero_then_guarded(char *a, char *m)
+{
+	vmap_range_free(a, "free");
+	vmap_range_purge(true);
+	if (vmap_munmap(m, VMAP_CHUNK - (size_t)(m - a)) != 0)
+		return false;
+	uint64_t z = vmap_pte_at((uintptr_t)a)->tag, g = vmap_pte_at((uintptr_t)m)->tag;
+	return vmap_tag_state(z) == VMAP_ST_FREE && vmap_tag_run_state(z) == VMAP_RUN_ZERO &&
+	       vmap_tag_state(g) == VMAP_ST_FREE && vmap_tag_run_state(g) == VMAP_RUN_GUARDED;
+}
+
+static int trim_with_a_lend(void)
+{
+	char *a = facade_block();
+	REQ(a);
+	vmap_range_free(a, "free");
+	vmap_range_purge(true); /* the chunk back: the next block starts it again */
+	/* C: zero 512 KiB | guarded 1.5 MiB; D: zero 1 MiB | guarded 1 MiB.
+	 * Listed by size, zero first: C's zero run, D's, C's guarded run. */
+	char *cm, *dm;
+	char *c = block_and_mapping(MiB / 2, &cm);
+	REQ(c);
+	/* A live chunk between the two: rows cross chunk ends, these must not. */
+	char *e = vmap_range_alloc(VMAP_CHUNK - VMAP_PAGE, VMAP_PAGE, &zero);
+	REQ(e == c + VMAP_CHUNK);
+	char *d = block_and_mapping(MiB, &dm);
+	REQ(d == e + VMAP_CHUNK);
+	REQ(zero_then_guarded(c, cm) && zero_then_guarded(d, dm));
+	REQ(ctr(VMAP_STAT_chunks_returned) == 1);
+	stale.chunk = (uintptr_t)c;
+	fake_madvise_hook(lend_when_free);
+	vmap_range_trim();
+	fake_madvise_hook(NULL);
+	REQ(stale.lent && !vmap_range_owns(c));
+	REQ(ctr(VMAP_STAT_chunks_returned) == 3);
+	REQ(vmap_chunk_is_free(vmap_regions[0].chunk_owner[((uintptr_t)d - vmap_regions[0].base) >>
+							     VMAP_CHUNK_SHIFT]));
+	vmap_range_free(e, "free");
+	void *q = vmap_range_alloc(MiB, VMAP_PAGE, &zero);
+	REQ(q && vmap_range_owns(q));
+	return 0;
+}
+
+Test(tight, the_trim_skips_a_listed_run_whose_chunk_went_back_and_was_lent)
+{
+	cr_assert_eq(run(trim_with_a_lend), 0);
 }
