@@ -9,7 +9,7 @@
  * spread over THREADS threads, each freed at once, then says whether a fresh
  * malloc(48) is the slabs' (vmapalloc owns it) and exits 0 when that is what
  * AUTO_AFTER (65536 by default) says it should be: the switch once COUNT
- * reaches AUTO_AFTER plus a thread's batch (1024, or AUTO_AFTER if less)
+ * reaches AUTO_AFTER plus a thread's batch (128, or AUTO_AFTER if less)
  * per thread, or once two threads have each made a batch; none while COUNT
  * stays below AUTO_AFTER in one thread, nor while no thread makes a batch.
  * Run with no arguments, every case in its own process (an exec of itself),
@@ -64,7 +64,7 @@ static int one_case(const char *kind, long count, int threads)
         pthread_join(t[i], NULL);
     void *p = malloc(48);
     int slabs = vm.owns(p);
-    long batch = after < 1024 ? after : 1024;
+    long batch = after < 128 ? after : 128;
     int want = j.count * threads >= after + batch * threads ? 1
              : threads >= 2 && j.count >= batch + 1        ? 1
              : threads >= 2 && j.count < batch             ? 0
@@ -89,7 +89,7 @@ int main(int argc, char **argv)
      * four threads that each make a batch (none near AUTO_AFTER), and in
      * sixteen that each stay short of one. */
     static const struct { long count; int threads; } runs[] = {
-        {70000, 1}, {60000, 1}, {8000, 4}, {16000, 16}};
+        {70000, 1}, {60000, 1}, {2000, 4}, {1600, 16}};
     int bad = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
