@@ -261,8 +261,8 @@ static unsigned dontneed_all(unsigned n)
 /* Whether a is still the head of a free run of s: a run listed before an
  * earlier give-back of its row may have gone back with its chunk, which
  * another shard may have claimed since, or another thread lent to the
- * kernel (then a is not the arena's).  A chunk s owns stays s's while its
- * lock is held.  Shard lock held. */
+ * kernel (then a is not the arena's: vmap_region_of says NULL).  A chunk s
+ * owns stays s's while its lock is held.  Shard lock held. */
 static bool still_a_run(struct vmap_shard *s, uintptr_t a)
 {
 	struct vmap_region *r = vmap_region_of(a);
@@ -271,8 +271,8 @@ static bool still_a_run(struct vmap_shard *s, uintptr_t a)
 	uint16_t o = __atomic_load_n(&r->chunk_owner[(a - r->base) >> VMAP_CHUNK_SHIFT],
 				     __ATOMIC_ACQUIRE);
 	uint64_t t = vmap_pte_of(r, a)->tag;
-	return o != VMAP_CHUNK_LENT && (o & 0x7fffu) == s->id + 1 &&
-	       vmap_tag_state(t) == VMAP_ST_FREE && vmap_tag_shard(t) == s->id;
+	return (o & 0x7fffu) == s->id + 1 && vmap_tag_state(t) == VMAP_ST_FREE &&
+	       vmap_tag_shard(t) == s->id;
 }
 
 /*
