@@ -156,6 +156,8 @@ static inline void small_free(void *p)
 		return;
 	}
 	count(VMAP_STAT_small_glibc_frees);
+	if (__builtin_expect(__atomic_load_n(&vmap_auto_switched, __ATOMIC_RELAXED), 0))
+		vmap_auto_note_free(p);
 	vmap_libc.free(p);
 }
 

@@ -74,7 +74,10 @@ void vmap_enter_slow(void) VMAP_HIDDEN;
  * the process's count; the switch to the slabs once that reaches AUTO_AFTER. */
 void vmap_auto_add(void) VMAP_HIDDEN;
 /* BACKEND=auto after the switch: glibc's heap trimmed as it empties (at the
- * folds, rate-limited). */
+ * folds, rate-limited), by the bytes of its blocks the program frees, which
+ * vmap_auto_note_free counts once vmap_auto_switched is set. */
+extern bool vmap_auto_switched VMAP_HIDDEN;
+void vmap_auto_note_free(void *p) VMAP_HIDDEN;
 void vmap_auto_trim_tick(uint64_t now) VMAP_HIDDEN;
 /* Whether the running glibc is at least major.minor (looked up: rare). */
 bool vmap_glibc_at_least(unsigned major, unsigned minor) VMAP_HIDDEN;

@@ -211,7 +211,6 @@ void vmap_fast_paths_off(void)
  * glibc as early as one that makes it in one. */
 #define AUTO_STEP 128u
 static uint64_t vmap_auto_total; /* small requests added so far */
-static bool auto_switched;
 
 /* Or once this many threads have each made a batch: glibc then serves
  * threads that allocate at once, from arenas of their own, and frees
@@ -246,7 +245,7 @@ __attribute__((noinline, cold)) void vmap_auto_add(void)
 	__atomic_store_n(&vmap_auto_step, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
 	slab_switch_on();
-	__atomic_store_n(&auto_switched, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&vmap_auto_switched, true, __ATOMIC_RELEASE);
 }
 
 /*
@@ -254,32 +253,42 @@ __attribute__((noinline, cold)) void vmap_auto_add(void)
  * program frees the ones it made over time; glibc gives back only the top of
  * its heap, so the pages of the free chunks below would stay resident beside
  * the slabs (mstress: a peak RSS of 26-29 MB, 22-24 MB with this trim; glibc
- * alone 11 MB).  At a fold (alloc.c), once AUTO_TRIM_FREES glibc frees, and
- * a quarter more than at the last trim, came since it and AUTO_TRIM_NS after
- * it, one thread calls malloc_trim(0), which advises the free chunks' pages
- * away (glibc takes its own locks).  A trim walks all of glibc's free
- * chunks: the two bounds keep them few (a logarithm of the frees) and apart.
- * Not under libc (glibc reuses its free chunks: they stay its own to manage,
- * as without vmapalloc) nor before the switch.
+ * alone 11 MB; redis-server, whose values of up to 128 KiB went to glibc
+ * before the switch: 8 MB of free chunks kept through the rest of its run).
+ * So the frees of glibc's blocks after the switch count their bytes, and at
+ * a fold (alloc.c), once AUTO_TRIM_BYTES were freed since the last trim and
+ * AUTO_TRIM_NS after it, one thread calls malloc_trim(0), which advises the
+ * free chunks' whole pages away (glibc takes its own locks).  A trim walks
+ * glibc's free chunks; each needs that many more bytes freed, so there are
+ * at most (bytes glibc held at the switch) / AUTO_TRIM_BYTES of them in the
+ * whole run.  Not under libc (glibc reuses its free chunks: they stay its own
+ * to manage, as without vmapalloc) nor before the switch.
  */
-#define AUTO_TRIM_FREES 1024
+#define AUTO_TRIM_BYTES ((uint64_t)256 << 10)
 #define AUTO_TRIM_NS 100000000ull
+bool vmap_auto_switched;
+static uint64_t glibc_freed_bytes; /* by the program, after the switch */
+
+__attribute__((noinline, cold)) void vmap_auto_note_free(void *p)
+{
+	__atomic_add_fetch(&glibc_freed_bytes, vmap_libc.usable_size(p), __ATOMIC_RELAXED);
+}
+
 void vmap_auto_trim_tick(uint64_t now)
 {
-	static uint64_t trim_at, trim_frees;
-	if (!__atomic_load_n(&auto_switched, __ATOMIC_ACQUIRE))
+	static uint64_t trim_at, trim_bytes;
+	if (!__atomic_load_n(&vmap_auto_switched, __ATOMIC_ACQUIRE))
 		return;
 	uint64_t at = __atomic_load_n(&trim_at, __ATOMIC_RELAXED);
 	if (now - at < AUTO_TRIM_NS)
 		return;
-	uint64_t frees = (uint64_t)vmap_stat_read(VMAP_STAT_small_glibc_frees);
-	uint64_t last = __atomic_load_n(&trim_frees, __ATOMIC_RELAXED);
-	if (frees - last < AUTO_TRIM_FREES || frees - last < last / 4)
+	uint64_t freed = __atomic_load_n(&glibc_freed_bytes, __ATOMIC_RELAXED);
+	if (freed - __atomic_load_n(&trim_bytes, __ATOMIC_RELAXED) < AUTO_TRIM_BYTES)
 		return;
 	if (!__atomic_compare_exchange_n(&trim_at, &at, now, false, __ATOMIC_RELAXED,
 					 __ATOMIC_RELAXED))
 		return; /* another thread trims */
-	__atomic_store_n(&trim_frees, frees, __ATOMIC_RELAXED);
+	__atomic_store_n(&trim_bytes, freed, __ATOMIC_RELAXED);
 	vmap_libc.trim(0);
 	vmap_stat_inc_local(VMAP_STAT_small_glibc_trims);
 }

@@ -9,6 +9,11 @@
  * cannot give the others back); a pause and a second, small batch of glibc
  * frees later, VmRSS must have dropped by at least 16 MiB and the report's
  * small_glibc_trims moved.  Without the trim it drops by a few pages.
+ *
+ * Then the trim goes by bytes, not by the count of frees: 96 blocks of
+ * 100 KiB, also glibc's (made first, before the switch), are freed a pause
+ * after that trim -- fewer frees than any count worth a trim, but 9.4 MiB --
+ * and a few calls later VmRSS must have dropped by at least 7 MiB more.
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -19,9 +24,9 @@
 
 #include "vmtest.h"
 
-enum { BLOCK = 1024, MANY = 24 * 1024, SECOND = 4096 };
+enum { BLOCK = 1024, MANY = 24 * 1024, SECOND = 4096, BIG = 100 * 1024, NBIG = 96 };
 
-static void *first[MANY], *second[SECOND];
+static void *first[MANY], *second[SECOND], *big[NBIG];
 
 static long rss_kib(void)
 {
@@ -40,6 +45,12 @@ int main(void)
 {
     vmt_init("auto_trim");
     CHECK(vm.owns, "vmapalloc is preloaded");
+    for (int i = 0; i < NBIG; i++) {
+        big[i] = malloc(vmt_sz(BIG));
+        CHECK(big[i] && !vm.owns(big[i]), "block %d of %d bytes is glibc's (before the switch)",
+              i, BIG);
+        memset(big[i], 0x69, BIG);
+    }
     for (int i = 0; i < MANY; i++) {
         first[i] = malloc(vmt_sz(BLOCK));
         CHECK(first[i] && !vm.owns(first[i]), "block %d is glibc's (before the switch)", i);
@@ -68,6 +79,19 @@ int main(void)
           (unsigned long long)(CTR("small_glibc_trims") - trims));
     CHECK(before - after >= 16 * 1024, "VmRSS fell by %ld KiB of the %d KiB freed (%ld -> %ld)",
           before - after, MANY * BLOCK / 1024, before, after);
+
+    nanosleep(&pause, NULL); /* the trims are 100 ms apart */
+    trims = CTR("small_glibc_trims");
+    before = rss_kib();
+    for (int i = 0; i < NBIG; i++)
+        free(big[i]);
+    for (int i = 0; i < 1024; i++) /* folds: where the trim is decided */
+        free(vmt_ptr(malloc(vmt_sz(48))));
+    after = rss_kib();
+    CHECK(CTR("small_glibc_trims") > trims, "%d frees of %d KiB trimmed glibc's heap", NBIG,
+          BIG / 1024);
+    CHECK(before - after >= 7 * 1024, "VmRSS fell by %ld KiB of the %d KiB freed (%ld -> %ld)",
+          before - after, NBIG * BIG / 1024, before, after);
     free(second[SECOND - 1]);
     vmt_done("auto_trim");
     return 0;
