@@ -13,8 +13,8 @@
  *     adapts: pressure again within REFAULT_WINDOW_NS of the last pressure
  *     purge means the program refaults what was just purged (a loop freeing
  *     and allocating one big block), so the limit doubles instead (or jumps
- *     to what is cached), up to the peak of large bytes in use plus
- *     vmap_lazy_max; a delay without pressure halves it back.  Whatever the
+ *     to what is cached), up to the peak of large bytes in use and the most
+ *     seen in slabs plus vmap_lazy_max; a delay without pressure halves it back.  Whatever the
  *     limit, a cache no larger than the large bytes in use is not pressure
  *     (pressure_limit).  Served mmaps do not count there: CPython's arenas
  *     are tens of MiB of them, and as a floor they kept as much cached.  A
@@ -26,7 +26,7 @@
  *   - or malloc_trim()/vmapalloc_purge() asks for everything.
  *
  * Owns: the pressure limit and its history, the fresh-memory debt, the
- * largest big area freed since the last age purge.
+ * largest big area freed since the last age purge, the most slab bytes seen.
  *
  * Called by: large.c (free path, fresh carves, arena exhaustion), alloc.c
  * (the tick), background.c (the purger thread).
@@ -49,6 +49,28 @@ static uint64_t vmap_pressure_ns; /* when the last pressure purge ran */
 static uint64_t vmap_fresh_debt;
 
 static uint64_t big_free_max; /* the largest area of 2 MiB or more freed since the last age purge */
+
+/*
+ * The most bytes seen in slabs (at the purge's decisions).  Slabs are areas
+ * of the range allocator too, counted out of the large bytes in use
+ * (slab.c), and a program of small blocks refaults them: a thread's exit
+ * retires its empty slabs into the cache, the purge releases them, and the
+ * next thread's slabs fault the same pages in again.  So the limit a
+ * refaulting program raises may grow up to them as well (limit_grows); by
+ * their most seen, since they fall when the threads that held them exit,
+ * just as the cache rises.  Slab bytes are address space, of which only the
+ * pages used are resident: a bound, as the large bytes are.
+ */
+static uint64_t slab_bytes_most;
+
+static uint64_t slab_bytes_most_seen(void)
+{
+	uint64_t b = vmap_gauge(VMAP_STAT_slab_bytes);
+	uint64_t most = __atomic_load_n(&slab_bytes_most, __ATOMIC_RELAXED);
+	if (b > most)
+		__atomic_store_n(&slab_bytes_most, most = b, __ATOMIC_RELAXED);
+	return most;
+}
 
 void vmap_purge_note_big_free(uint64_t bytes)
 {
@@ -120,12 +142,13 @@ static bool limit_grows(uint64_t cached, uint64_t now)
 		return false;
 	/* In use: now, or at the peak of large blocks -- a program that frees its
 	 * biggest block just before allocating it again is at its low point exactly when the pressure
-	 * comes.  Memory cached on the strength of an old peak still goes with
+	 * comes -- and the most seen in slabs.  Memory cached on the strength of an old peak still goes with
 	 * age, and the limit decays once the refaulting stops. */
 	uint64_t in_use = vmap_gauge(VMAP_STAT_large_bytes_in_use);
 	int64_t peak = __atomic_load_n(&vmap_stat_peak_large_bytes, __ATOMIC_RELAXED);
 	if (peak > 0 && (uint64_t)peak > in_use)
 		in_use = (uint64_t)peak;
+	in_use += slab_bytes_most_seen();
 	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
 	uint64_t ceiling = in_use + vmap_lazy_max;
 	if (limit >= ceiling)
@@ -259,6 +282,7 @@ void vmap_purge_fresh(uint64_t bytes)
 	uint64_t debt = __atomic_exchange_n(&vmap_fresh_debt, 0, __ATOMIC_RELAXED);
 	if (vmap_opt.lazy_max)
 		return;
+	slab_bytes_most_seen(); /* (slabs are made by fresh carves) */
 	vmap_cache_drain_self(vmap_os_now_ns());
 	int64_t large = vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
 			vmap_local.n[VMAP_STAT_large_bytes_in_use];

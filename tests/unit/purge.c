@@ -436,6 +436,52 @@ Test(purge, the_limit_grows_with_the_peak_when_the_big_block_is_freed_each_time)
 		     (long)ctr(VMAP_STAT_purges));
 }
 
+/* An area made a slab and back, as slab.c counts it: its bytes leave the
+ * large bytes in use for the slab bytes while it is one. */
+static void as_slab(void *p, int64_t sign)
+{
+	int64_t bytes = (int64_t)vmap_range_usable(p, "free");
+	vmap_stat_add_local(VMAP_STAT_slab_bytes, sign * bytes);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -sign * bytes);
+	vmap_counter_flush_local();
+}
+
+Test(purge, the_limit_grows_to_hold_the_slabs_threads_refault)
+{
+	/* mstress: each round's threads make their slabs, free everything and
+	 * exit; the empty slabs go back to the cache, where the next round's
+	 * slabs are carved from -- if a pressure purge has not released them.
+	 * No large block is ever in use beyond one slab being made, so a
+	 * limit that may grow only up to the large bytes' peak kept purging
+	 * 8 MiB a round and the next round faulted it in again. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000", NULL};
+	range_setup(env);
+	vmap_lazy_max = vmap_lazy_limit = MiB;
+	enum { SLABS = 8 };
+	int64_t purges = 0;
+	for (int round = 0; round < 8; round++) {
+		void *d[SLABS];
+		for (int i = 0; i < SLABS; i++) {
+			d[i] = alloc_ok(MiB);
+			as_slab(d[i], 1);
+			memset(d[i], round, MiB);
+		}
+		for (int i = 0; i < SLABS; i++) {
+			as_slab(d[i], -1);
+			vmap_range_free(d[i], "free");
+		}
+		if (round == 4)
+			purges = ctr(VMAP_STAT_purges);
+	}
+	cr_assert(ctr(VMAP_STAT_lazy_limit_raised) >= 1);
+	cr_assert(vmap_lazy_limit >= SLABS * MiB, "limit %lu under the slabs' %d MiB",
+		  (unsigned long)vmap_lazy_limit, SLABS);
+	cr_assert(vmap_lazy_limit <= (SLABS + 2) * MiB + SLABS * 2 * VMAP_PAGE,
+		  "limit %lu over the slabs' most plus the base", (unsigned long)vmap_lazy_limit);
+	cr_assert_eq(ctr(VMAP_STAT_purges), purges, "still purging after round 4 (%ld purges)",
+		     (long)ctr(VMAP_STAT_purges));
+}
+
 Test(purge, a_lazy_max_set_by_the_user_is_a_hard_cap)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000",
