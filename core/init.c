@@ -252,9 +252,10 @@ __attribute__((noinline, cold)) void vmap_auto_add(void)
  * BACKEND=auto after the switch: glibc makes (almost) no new blocks, and the
  * program frees the ones it made over time; glibc gives back only the top of
  * its heap, so the pages of the free chunks below would stay resident beside
- * the slabs (mstress: a peak RSS of 26-29 MB, 22-24 MB with this trim; glibc
- * alone 11 MB; redis-server, whose values of up to 128 KiB went to glibc
- * before the switch: 8 MB of free chunks kept through the rest of its run).
+ * the slabs (mstress, when its first 65,536 blocks were glibc's: a peak RSS
+ * of 26-29 MB, 22-24 MB with a trim, glibc alone 11 MB; redis-server, whose
+ * values of up to 128 KiB go to glibc before the switch: 8 MB of free chunks
+ * kept through the rest of its run, 8 MB on its peak).
  * So the frees of glibc's blocks after the switch count their bytes, and at
  * a fold (alloc.c), once AUTO_TRIM_BYTES were freed since the last trim and
  * AUTO_TRIM_NS after it, one thread calls malloc_trim(0), which advises the

@@ -14,8 +14,8 @@
  *     purge means the program refaults what was just purged (a loop freeing
  *     and allocating one big block), so the limit doubles instead (or jumps
  *     to what is cached), up to the peak of large bytes in use and the most
- *     seen in slabs plus vmap_lazy_max; a delay without pressure halves it back.  Whatever the
- *     limit, a cache no larger than the large bytes in use is not pressure
+ *     seen in slabs plus vmap_lazy_max; a delay without pressure halves it
+ *     back.  Whatever the limit, a cache no larger than the large bytes in use is not pressure
  *     (pressure_limit).  Served mmaps do not count there: CPython's arenas
  *     are tens of MiB of them, and as a floor they kept as much cached.  A
  *     VMAPALLOC_LAZY_MAX set by the user is a hard cap: no growth, no
@@ -140,10 +140,11 @@ static bool limit_grows(uint64_t cached, uint64_t now)
 	uint64_t before = __atomic_exchange_n(&fresh_at_last, fresh, __ATOMIC_RELAXED);
 	if (!last || now - last > window || fresh == before)
 		return false;
-	/* In use: now, or at the peak of large blocks -- a program that frees its
-	 * biggest block just before allocating it again is at its low point exactly when the pressure
-	 * comes -- and the most seen in slabs.  Memory cached on the strength of an old peak still goes with
-	 * age, and the limit decays once the refaulting stops. */
+	/* In use: now, or at the peak of large blocks -- a program that frees
+	 * its biggest block just before allocating it again is at its low point
+	 * exactly when the pressure comes -- and the most seen in slabs.  Memory
+	 * cached on the strength of an old peak still goes with age, and the
+	 * limit decays once the refaulting stops. */
 	uint64_t in_use = vmap_gauge(VMAP_STAT_large_bytes_in_use);
 	int64_t peak = __atomic_load_n(&vmap_stat_peak_large_bytes, __ATOMIC_RELAXED);
 	if (peak > 0 && (uint64_t)peak > in_use)
