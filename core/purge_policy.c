@@ -15,11 +15,12 @@
  *     and allocating one big block), so the limit doubles instead (or jumps
  *     to what is cached), up to the peak of large bytes in use and the most
  *     seen in slabs plus vmap_lazy_max; a delay without pressure halves it
- *     back.  Whatever the limit, a cache no larger than the large bytes in use is not pressure
- *     (pressure_limit).  Served mmaps do not count there: CPython's arenas
- *     are tens of MiB of them, and as a floor they kept as much cached.  A
- *     VMAPALLOC_LAZY_MAX set by the user is a hard cap: no growth, no
- *     floor.  Age still returns whatever waits longer than the delay;
+ *     back.  Whatever the limit, a cache no larger than the large bytes in
+ *     use is not pressure (pressure_limit).  Served mmaps do not count
+ *     there: CPython's arenas are tens of MiB of them, and as a floor they
+ *     kept as much cached.  A VMAPALLOC_LAZY_MAX set by the user is a hard
+ *     cap: no growth, no floor.  Age still returns whatever waits longer
+ *     than the delay;
  *   - or the process forks: the cache goes first (fork.c says why);
  *   - or cached areas have waited longer than VMAPALLOC_PURGE_DELAY_MS: those
  *     (and only those) are released, checked at most once per delay;
