@@ -80,13 +80,7 @@ static inline void count(enum vmap_stat s)
 
 static void *small_refused(size_t size);
 
-/* BACKEND=auto: this thread's small requests not yet added to the process's
- * count (init.c vmap_auto_add).  Every kind counts: malloc, calloc, realloc,
- * the aligned ones.  Under the other backends, and after the switch, the step
- * is 0, which the count meets again only when it wraps (the add then does
- * nothing). */
-static __thread uint32_t vmap_tls_small_count;
-
+/* BACKEND=auto: one more small request of this thread's (init.c). */
 static inline void auto_count(void)
 {
 	if (__builtin_expect(++vmap_tls_small_count == __atomic_load_n(&vmap_auto_step,

@@ -73,6 +73,8 @@ void vmap_enter_slow(void) VMAP_HIDDEN;
 /* BACKEND=auto: a thread's batch of vmap_auto_step small requests added to
  * the process's count; the switch to the slabs once that reaches AUTO_AFTER. */
 void vmap_auto_add(void) VMAP_HIDDEN;
+/* This thread's small requests not yet added (alloc.c auto_count). */
+extern __thread uint32_t vmap_tls_small_count VMAP_HIDDEN;
 /* BACKEND=auto after the switch: glibc's heap trimmed as it empties (at the
  * folds, rate-limited), by the bytes of its blocks the program frees, which
  * vmap_auto_note_free counts once vmap_auto_switched is set. */

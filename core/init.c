@@ -212,18 +212,24 @@ void vmap_fast_paths_off(void)
 #define AUTO_STEP 128u
 static uint64_t vmap_auto_total; /* small requests added so far */
 
-/* Or once this many threads have each made a batch: glibc then serves
- * threads that allocate at once, from arenas of their own, and frees
- * across them under the arena locks.  rptest's two threads reach the count
- * at 17% of their calls and spend half their time there (glibc's lock
- * waits and one mprotect per page of heap grown); a process that starts
- * threads is not the short process the count is for.  With batches of 1,024
- * rptest still made 2,146 calls on glibc, whose blocks peaked beside the
- * slabs' (21.8 MiB against 11.2 under builtin).  A thread that makes a call
- * or two and exits (mleak: 50,000 of them) never makes a batch. */
-#define AUTO_THREADS 2u
-static uint32_t vmap_auto_threads;
-static __thread bool vmap_tls_auto_added;
+/* Or once a thread other than the first has made a batch of its own, a
+ * short one (AUTO_THREAD_STEP): a process that starts threads that allocate
+ * is not the short process the count is for, and glibc would serve them from
+ * arenas of their own (64 MiB reserved each, an mprotect per page grown),
+ * freeing across them under the arena locks.  Had two threads to make a
+ * batch of 128 each, rptest's would make 828-3,845 calls on glibc (one runs
+ * ahead while the other still sleeps); with this, 24 in all.  A thread that
+ * makes a call or two and exits (mleak: 50,000 of them) never makes a batch;
+ * the first thread's batches stay AUTO_STEP long. */
+#define AUTO_THREAD_STEP 8u
+
+/* BACKEND=auto: this thread's small requests not yet added to the process's
+ * count (vmap_auto_add).  Every kind counts: malloc, calloc, realloc,
+ * the aligned ones.  Under the other backends, and after the switch, the step
+ * is 0, which the count meets again only when it wraps (the add then does
+ * nothing). */
+__thread uint32_t vmap_tls_small_count;
+static __thread bool vmap_tls_auto_thread; /* not the first thread */
 
 static uint32_t auto_step(void)
 {
@@ -237,10 +243,8 @@ __attribute__((noinline, cold)) void vmap_auto_add(void)
 	 * the step is 0 (a thread's count met it again when it wrapped). */
 	if (!step || vmap_opt.backend != VMAP_BACKEND_AUTO)
 		return;
-	bool first = !vmap_tls_auto_added;
-	vmap_tls_auto_added = true;
 	if (__atomic_add_fetch(&vmap_auto_total, step, __ATOMIC_RELAXED) < vmap_opt.auto_after &&
-	    !(first && __atomic_add_fetch(&vmap_auto_threads, 1, __ATOMIC_RELAXED) >= AUTO_THREADS))
+	    !vmap_tls_auto_thread)
 		return;
 	__atomic_store_n(&vmap_auto_step, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_large_above, vmap_opt.small_max, __ATOMIC_RELAXED);
@@ -440,6 +444,11 @@ __attribute__((noinline, cold)) static void thread_first_call(void)
 	thread_key_make();
 	if (vmap_thread_key_ok)
 		vmap_setspecific(vmap_thread_key, (void *)1);
+	/* BACKEND=auto: its first batch, a short one, switches */
+	vmap_tls_auto_thread = true;
+	uint32_t step = __atomic_load_n(&vmap_auto_step, __ATOMIC_RELAXED);
+	if (step > AUTO_THREAD_STEP)
+		vmap_tls_small_count = step - AUTO_THREAD_STEP;
 }
 
 /* A thread's flag is set only once init is done (by the initialising thread

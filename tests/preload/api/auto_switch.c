@@ -6,12 +6,14 @@
  *   api_auto_switch KIND COUNT THREADS
  *
  * makes COUNT small requests of KIND (malloc, calloc, memalign, realloc),
- * spread over THREADS threads, each freed at once, then says whether a fresh
- * malloc(48) is the slabs' (vmapalloc owns it) and exits 0 when that is what
- * AUTO_AFTER (65536 by default) says it should be: the switch once COUNT
- * reaches AUTO_AFTER plus a thread's batch (128, or AUTO_AFTER if less)
- * per thread, or once two threads have each made a batch; none while COUNT
- * stays below AUTO_AFTER in one thread, nor while no thread makes a batch.
+ * in the first thread (THREADS 1) or spread over THREADS threads started for
+ * it, each freed at once, then says whether a fresh malloc(48) is the slabs'
+ * (vmapalloc owns it) and exits 0 when that is what AUTO_AFTER (65536 by
+ * default) says it should be: in the first thread, the switch once COUNT
+ * reaches AUTO_AFTER plus a batch (128, or AUTO_AFTER if less), none while
+ * it stays below AUTO_AFTER; in the other threads, the switch once one of
+ * them has made a short batch of 8 (or the batch, if less), none while every
+ * one stays short of it (a thread that makes a call or two and exits).
  * Run with no arguments, every case in its own process (an exec of itself),
  * each both ways.
  */
@@ -57,19 +59,23 @@ static int one_case(const char *kind, long count, int threads)
     const char *env = getenv("VMAPALLOC_AUTO_AFTER");
     long after = env ? atol(env) : 65536;
     struct job j = {kind, count / threads};
-    pthread_t t[16];
-    for (int i = 0; i < threads; i++)
-        CHECK(pthread_create(&t[i], NULL, work, &j) == 0, "pthread_create");
-    for (int i = 0; i < threads; i++)
-        pthread_join(t[i], NULL);
+    if (threads == 1) {
+        work(&j);
+    } else {
+        pthread_t t[16];
+        for (int i = 0; i < threads; i++)
+            CHECK(pthread_create(&t[i], NULL, work, &j) == 0, "pthread_create");
+        for (int i = 0; i < threads; i++)
+            pthread_join(t[i], NULL);
+    }
     void *p = malloc(48);
     int slabs = vm.owns(p);
-    long batch = after < 128 ? after : 128;
-    int want = j.count * threads >= after + batch * threads ? 1
-             : threads >= 2 && j.count >= batch + 1        ? 1
-             : threads >= 2 && j.count < batch             ? 0
-             : j.count * threads < after                   ? 0
-                                                           : -1; /* either */
+    long batch = after < 128 ? after : 128, first = batch < 8 ? batch : 8;
+    int want = threads == 1 && count >= after + batch ? 1
+             : threads == 1 && count < after          ? 0
+             : threads > 1 && j.count >= first        ? 1
+             : threads > 1 && count < after           ? 0
+                                                      : -1; /* either */
     printf("%-8s %7ld calls in %d thread(s): %s (AUTO_AFTER %ld)\n", kind, j.count * threads,
            threads, slabs ? "slabs" : "glibc", after);
     if (want >= 0)
@@ -85,11 +91,11 @@ int main(int argc, char **argv)
     if (argc == 4)
         return one_case(argv[1], atol(argv[2]), atoi(argv[3]));
     static const char *kinds[] = {"malloc", "calloc", "memalign", "realloc"};
-    /* COUNT past the switch in one thread, short of it in one thread, in
-     * four threads that each make a batch (none near AUTO_AFTER), and in
-     * sixteen that each stay short of one. */
+    /* COUNT past the switch in the first thread, short of it there, in
+     * two threads that each make one short batch, and in sixteen that each
+     * stay short of one. */
     static const struct { long count; int threads; } runs[] = {
-        {70000, 1}, {60000, 1}, {2000, 4}, {1600, 16}};
+        {70000, 1}, {60000, 1}, {16, 2}, {112, 16}};
     int bad = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
