@@ -49,6 +49,16 @@ static long rss_kib(void)
     return kib;
 }
 
+/* Small pairs past AUTO_AFTER: the slabs serve from then on. */
+static void switch_to_slabs(void)
+{
+    for (int i = 0; i < 70000; i++)
+        free(vmt_ptr(malloc(vmt_sz(48))));
+    void *p = malloc(vmt_sz(48));
+    CHECK(vm.owns(p), "the switch to the slabs came");
+    free(p);
+}
+
 enum { SMALL = 160, SMALL_FREED = 120 };
 
 /* Resident pages wholly between a and b. */
@@ -74,11 +84,7 @@ static int small_heap(void)
         CHECK(b[i] && !vm.owns(b[i]), "block %d is glibc's (before the switch)", i);
         memset(b[i], 0x5a, BLOCK);
     }
-    for (int i = 0; i < 70000; i++)
-        free(vmt_ptr(malloc(vmt_sz(48))));
-    void *p = malloc(vmt_sz(48));
-    CHECK(vm.owns(p), "the switch to the slabs came");
-    free(p);
+    switch_to_slabs();
     /* glibc made them one after the other: the pages between the first
      * and the last freed one hold nothing else */
     for (int i = 1; i < SMALL_FREED; i++)
@@ -126,11 +132,7 @@ int main(int argc, char **argv)
         second[i] = malloc(vmt_sz(BLOCK));
         memset(second[i], 0x3c, BLOCK);
     }
-    for (int i = 0; i < 70000; i++)
-        free(vmt_ptr(malloc(vmt_sz(48))));
-    void *p = malloc(vmt_sz(48));
-    CHECK(vm.owns(p), "the switch to the slabs came");
-    free(p);
+    switch_to_slabs();
 
     uint64_t trims = CTR("small_glibc_trims");
     long before = rss_kib();
