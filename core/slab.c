@@ -3,10 +3,9 @@
  *
  * Requests of up to 64 KiB are rounded to one of 44 size classes (16-byte
  * steps to 128, then four classes per power of two) and served from slabs:
- * blocks of 64 KiB (objects up to 1 KiB), 256 KiB (up to 8 KiB) or 1 MiB
- * (up to 64 KiB) that the range allocator hands out aligned to their size,
- * so that they come from the same arena, pools and lazy purge as large
- * blocks.  Each thread has a heap (mapped, never malloc'd; recycled when
+ * blocks of 64 KiB (objects up to 1 KiB) or 256 KiB (up to 64 KiB) that the
+ * range allocator hands out aligned to their size, so that they come from
+ * the same arena, pools and lazy purge as large blocks.  Each thread has a heap (mapped, never malloc'd; recycled when
  * threads exit) with, per class, a current slab and lists of its other
  * slabs, partial and full.
  *
@@ -16,7 +15,7 @@
  *     owner takes the whole stack with one exchange when its list runs dry
  *
  * An empty slab other than the current one is kept as its class's spare
- * (one per class, slabs up to 256 KiB, at most 1 MiB of spares a thread);
+ * (one per class, at most 1 MiB of spares a thread);
  * the others go back to the range allocator, whose thread caches and pools
  * keep them resident for the next slab.
  * A slab is carved lazily, a page of objects at a time, so that a fresh slab
@@ -101,10 +100,21 @@ size_t vmap_slab_class_size(unsigned c)
 	return ((size_t)1 << lg) + (size_t)((c - 8) % 4 + 1) * ((size_t)1 << (lg - 2));
 }
 
+/*
+ * A slab's bytes: 64 objects or more of up to 1 KiB, 4 to 256 larger ones.
+ * A slab lives as long as one of its objects, with every page its objects
+ * touched resident.  Slabs of 1 MiB for objects over 8 KiB held what a
+ * thread's few such objects touched, one slab per class, and a program
+ * whose short-lived threads pass blocks on (mimalloc-bench's mstress) kept
+ * them all: mstressN's peak RSS was 22.5 MB against 19.7 (medians of 21
+ * interleaved runs).  Objects of 1-8 KiB keep 256 KiB: with 64 KiB (16
+ * objects of 4 KiB) the slab changes of a FIFO of 4 KiB blocks cost 13 more
+ * instructions per malloc/free pair (bench/pairs.sh), for 1 MB more off
+ * mstressN's peak.
+ */
 static size_t slab_bytes(unsigned c)
 {
-	size_t size = vmap_slab_class_size(c);
-	return size <= 1024 ? (64u << 10) : size <= 8192 ? (256u << 10) : (1u << 20);
+	return vmap_slab_class_size(c) <= 1024 ? (64u << 10) : (256u << 10);
 }
 
 uint8_t vmap_slab_class_tab[VMAP_SLAB_CLASS_SLOTS];
@@ -400,13 +410,12 @@ __attribute__((noinline, cold)) void vmap_slab_reap_abandoned(void)
 
 /*
  * A slab of the owner's that became empty: kept back as the class's spare if
- * it has none (and its slabs are at most 256 KiB, and the thread's spares
- * stay within SPARE_MAX: resident memory no purge reaches), else retired.  A program
- * that keeps N blocks of a class live and frees them in the order it made
- * them (a FIFO: queues, sliding windows) empties one slab every cap
- * allocations; retiring each at once made the next allocation ask the range
- * allocator for a new slab and carve it again, several times the cost of a
- * malloc/free pair served from the slab.
+ * it has none and the thread's spares stay within SPARE_MAX (resident memory
+ * no purge reaches), else retired.  A program that keeps N blocks of a class
+ * live and frees them in the order it made them (a FIFO: queues, sliding
+ * windows) empties one slab every cap allocations; retiring each at once made
+ * the next allocation ask the range allocator for a new slab and carve it
+ * again, several times the cost of a malloc/free pair served from the slab.
  */
 #define SPARE_MAX ((size_t)1 << 20)
 
@@ -414,7 +423,7 @@ void vmap_slab_empty(struct vmap_heap *h, struct vmap_slab *d)
 {
 	unsigned c = d->cls;
 	size_t bytes = slab_bytes(c);
-	if (h->spare[c] || bytes > (256u << 10) || h->spare_bytes + bytes > SPARE_MAX) {
+	if (h->spare[c] || h->spare_bytes + bytes > SPARE_MAX) {
 		vmap_slab_retire(d);
 		return;
 	}

@@ -13,7 +13,7 @@
 #include "range.h"
 
 #define VMAP_SLAB_MAX ((size_t)65536) /* the largest size class */
-#define VMAP_SLAB_UNIT_SHIFT 16       /* slabs are 1, 4 or 16 units of 64 KiB */
+#define VMAP_SLAB_UNIT_SHIFT 16       /* slabs are 1 or 4 units of 64 KiB */
 
 struct vmap_heap;
 
@@ -187,7 +187,7 @@ void *vmap_slab_memalign(size_t align, size_t size);
 /*
  * The index of p among d's objects when p is an object's start that the slab
  * has handed out; otherwise a number >= d->bump.  Without a division: with
- * size = odd << shift and off = p - start (< 2^20, slabs are at most 1 MiB),
+ * size = odd << shift and off = p - start (< 2^18, slabs are at most 256 KiB),
  * off * inv mod 2^32 rotated right by shift is off / size when size divides
  * off; when it does not, either the low shift bits of the product are not
  * zero (inv is odd), so the rotation puts them on top (>= 2^16), or the

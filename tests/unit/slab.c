@@ -199,6 +199,26 @@ Test(slab, spare_slabs_are_capped_per_thread, .init = setup)
 		     (int)(stat_of(VMAP_STAT_slabs_in_use) - s0));
 }
 
+/* A slab lives as long as any of its objects, with every page they touched:
+ * objects of up to 1 KiB take slabs of 64 KiB, larger ones 256 KiB (not
+ * 1 MiB), so that the few a thread leaves behind hold no more. */
+Test(slab, larger_objects_take_256_kib_slabs, .init = setup)
+{
+	static const struct {
+		size_t size, slab;
+	} cases[] = {{1024, 64 << 10}, {1040, 256 << 10}, {8192, 256 << 10}, {8200, 256 << 10},
+		     {65536, 256 << 10}};
+	for (unsigned k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		int64_t b0 = stat_of(VMAP_STAT_slab_bytes);
+		void *p = vmap_malloc(cases[k].size);
+		cr_assert_not_null(p);
+		cr_assert_eq(stat_of(VMAP_STAT_slab_bytes) - b0, (int64_t)cases[k].slab,
+			     "a %zu-byte object's slab: %lld bytes", cases[k].size,
+			     (long long)(stat_of(VMAP_STAT_slab_bytes) - b0));
+		vmap_free(p);
+	}
+}
+
 /* A window of live blocks freed in the order they were made (a FIFO) empties
  * one slab every cap allocations: the empty slab is kept as the class's spare
  * and reused, instead of going back to the range allocator and a new one
