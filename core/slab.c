@@ -5,9 +5,9 @@
  * steps to 128, then four classes per power of two) and served from slabs:
  * blocks of 64 KiB (objects up to 1 KiB) or 256 KiB (up to 64 KiB) that the
  * range allocator hands out aligned to their size, so that they come from
- * the same arena, pools and lazy purge as large blocks.  Each thread has a heap (mapped, never malloc'd; recycled when
- * threads exit) with, per class, a current slab and lists of its other
- * slabs, partial and full.
+ * the same arena, pools and lazy purge as large blocks.  Each thread has a
+ * heap (mapped, never malloc'd; recycled when threads exit) with, per class,
+ * a current slab and lists of its other slabs, partial and full.
  *
  *   malloc: pop the current slab's free list (no lock, no atomic)
  *   free by the owner: push onto the slab's free list (no lock, no atomic)
