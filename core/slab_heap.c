@@ -264,6 +264,8 @@ __attribute__((noinline)) void vmap_slab_remote_free(struct vmap_slab *d, void *
 					    __ATOMIC_RELAXED));
 	unsigned st = __atomic_load_n(&d->state, __ATOMIC_SEQ_CST);
 	if (st == SLAB_FULL) {
+		if (old)
+			return; /* (the push that found the stack empty told the owner) */
 		struct vmap_heap *h = __atomic_load_n(&d->owner, __ATOMIC_RELAXED);
 		if (h != VMAP_SLAB_ORPHAN)
 			__atomic_fetch_add(&h->hint[d->cls], 1, __ATOMIC_RELAXED);
