@@ -34,11 +34,13 @@
  *  - used = objects handed out - owner frees - remote frees collected; a slab
  *    with used 0 has no live object, so no legitimate free can race with
  *    giving it back.
- *  - A full slab is on its owner's full list; a remote free into it bumps the
- *    owner's hint for the class, and the owner looks at its full slabs only
- *    when the hint moved.  Setting FULL and checking remote (owner), pushing
- *    and checking FULL (remote) are sequentially consistent, so one of the
- *    two sees the other: no full slab is left with frees nobody looks at.
+ *  - A full slab is on its owner's full list; the remote free that finds its
+ *    remote stack empty bumps the owner's hint for the class (later ones
+ *    find the stack as that one left it), and the owner looks at its full
+ *    slabs only when the hint moved.  Setting FULL and checking remote
+ *    (owner), pushing and checking FULL (remote) are sequentially consistent,
+ *    so one of the two sees the other: no full slab is left with frees
+ *    nobody looks at.
  *  - A freed object's second word holds key ^ address (key from AT_RANDOM);
  *    malloc clears it.  A free that finds it there is a double free: one line
  *    and abort, in O(1), before any list is touched.  Free-list links are
@@ -101,7 +103,7 @@ size_t vmap_slab_class_size(unsigned c)
 }
 
 /*
- * A slab's bytes: 64 objects or more of up to 1 KiB, 4 to 256 larger ones.
+ * A slab's bytes: 64 objects or more of up to 1 KiB, 4 to 204 larger ones.
  * A slab lives as long as one of its objects, with every page its objects
  * touched resident.  Slabs of 1 MiB for objects over 8 KiB held what a
  * thread's few such objects touched, one slab per class, and a program

@@ -89,7 +89,7 @@ struct vmap_heap {
 	struct vmap_slab *full[NCLASSES];
 	struct vmap_slab *spare[NCLASSES];  /* one empty slab kept back, on no list (slab.c) */
 	size_t spare_bytes;                 /* their bytes, at most SPARE_MAX */
-	uint32_t hint[NCLASSES];      /* atomic: remote frees into this heap's full slabs */
+	uint32_t hint[NCLASSES];      /* atomic: full slabs of this heap whose remote stack filled */
 	uint32_t hint_seen[NCLASSES];
 	struct vmap_heap *next_free; /* on the recycle list */
 };
