@@ -487,7 +487,7 @@ void *vmap_realloc(void *p, size_t size)
 			if (q && !moved) {
 				memcpy(q, p, old);
 				count(VMAP_STAT_realloc_copied);
-				vmap_range_free(p, "realloc");
+				vmap_range_free_outgrown(p);
 			}
 			vmap_depth_leave();
 			if (!q)

@@ -90,12 +90,13 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 /* Resident memory of this shard that fits, its pools merged into runs first
  * when its runs alone do not (shard lock held). */
 static uintptr_t carve_resident_locked(struct vmap_shard *s, bool *kind, uint64_t pages,
-				       size_t align, unsigned *state, uint64_t *resident)
+				       size_t align, unsigned *state, uint64_t *resident, bool low)
 {
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
-	if (!*kind && !vmap_guard_on && !vmap_run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align))
+	if (!*kind && !vmap_guard_on &&
+	    !vmap_run_find(s, list_of(false, VMAP_RUN_DIRTY), pages, align, low))
 		vmap_pools_to_runs_locked(s); /* (with guards, pooled areas carry markers: kept whole) */
-	return vmap_carve_locked(s, kind, pages, align, state, resident, true);
+	return vmap_carve_locked(s, kind, pages, align, state, resident, true, low);
 }
 
 /* pages: the whole area; tag: VMAP_TAG_MMAP for the program's mmap (no guard
@@ -110,13 +111,13 @@ static uintptr_t carve_resident_locked(struct vmap_shard *s, bool *kind, uint64_
  * twice. */
 __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu,
 							 uint64_t pages, bool big, size_t align,
-							 bool *zero, uint64_t tag)
+							 bool *zero, uint64_t tag, bool low)
 {
 	/* Shard lock held on entry, released on return. */
 	unsigned state;
 	uint64_t resident;
 	bool kind = big;
-	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state, &resident);
+	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state, &resident, low);
 	if (a)
 		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
 	if (vmap_nshards > 1) {
@@ -133,7 +134,7 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 			tries++;
 			vmap_shard_lock(o);
 			kind = big;
-			a = carve_resident_locked(o, &kind, pages, align, &state, &resident);
+			a = carve_resident_locked(o, &kind, pages, align, &state, &resident, low);
 			if (a) {
 				vmap_stat_add_cpu(cpu, VMAP_STAT_run_steals, 1);
 				return carve_finish(o, cpu, a, pages, kind, state, resident, zero, tag);
@@ -144,7 +145,7 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
 		kind = big;
-		a = vmap_carve_locked(s, &kind, pages, align, &state, &resident, false);
+		a = vmap_carve_locked(s, &kind, pages, align, &state, &resident, false, low);
 		if (a)
 			return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
 		vmap_shard_unlock(s);
@@ -178,7 +179,8 @@ static inline void note_peak(uint64_t pages)
 		vmap_stat_note_peak(vmap_stat_read(VMAP_STAT_large_bytes_in_use));
 }
 
-void *vmap_range_alloc(size_t size, size_t align, bool *zero)
+static inline __attribute__((always_inline)) void *range_alloc(size_t size, size_t align,
+								   bool *zero, bool low)
 {
 	bool big;
 	unsigned cpu = 0;
@@ -232,7 +234,7 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 		if (size > vmap_area_max)
 			return NULL; /* (cached and pooled areas were not) */
 		vmap_shard_lock(s);
-		p = vmap_alloc_carve(s, cpu, pages, big, align, zero, 0);
+		p = vmap_alloc_carve(s, cpu, pages, big, align, zero, 0, low);
 		if (!p)
 			return NULL;
 	}
@@ -247,6 +249,16 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 		vmap_range_check();
 #endif
 	return p;
+}
+
+void *vmap_range_alloc(size_t size, size_t align, bool *zero)
+{
+	return range_alloc(size, align, zero, false);
+}
+
+void *vmap_range_alloc_grown(size_t size, bool *zero)
+{
+	return range_alloc(size, VMAP_PAGE, zero, true);
 }
 
 __attribute__((noinline, cold, noreturn)) static void invalid_pointer(const char *who,
@@ -337,7 +349,8 @@ __attribute__((noinline, cold)) static void free_mapped_over(void *p, const char
 	vmap_count_large_free((int64_t)((pages - 1) << VMAP_PAGE_SHIFT));
 }
 
-void vmap_range_free(void *p, const char *who)
+static inline __attribute__((always_inline)) void range_free(void *p, const char *who,
+								 bool outgrown)
 {
 	uint64_t t;
 	struct vmap_region *r;
@@ -353,7 +366,7 @@ void vmap_range_free(void *p, const char *who)
 		invalid_pointer(who, p, t); /* lost a race with another free of p */
 	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
-	bool to_runs = pages > vmap_pool_exact ||
+	bool to_runs = pages > vmap_pool_exact || outgrown ||
 		       (!vmap_guard_on && beside_resident_run(r, e, (uintptr_t)p, pages, t));
 	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && !to_runs &&
 	    vmap_cache_push(owner, (uintptr_t)p, pages)) {
@@ -390,9 +403,9 @@ void vmap_range_free(void *p, const char *who)
 	if (to_runs) {
 		if (pages >= VMAP_BIG_PAGES)
 			vmap_purge_note_big_free((uint64_t)bytes);
-		/* Larger areas (and those beside a resident run) become a
-		 * resident free run, merged with its free neighbours, reusable
-		 * by any size. */
+		/* Larger areas (and those beside a resident run, and those a
+		 * realloc outgrew) become a resident free run, merged with its
+		 * free neighbours, reusable by any size. */
 		vmap_guard_page((uintptr_t)p, pages, MADV_GUARD_REMOVE);
 		vmap_shard_lock(owner);
 		vmap_free_insert_locked(owner, (uintptr_t)p, pages, VMAP_RUN_DIRTY, t & VMAP_TAG_BIG, now);
@@ -412,6 +425,16 @@ void vmap_range_free(void *p, const char *who)
 		vmap_range_check();
 #endif
 	vmap_purge_maybe(now);
+}
+
+void vmap_range_free(void *p, const char *who)
+{
+	range_free(p, who, false);
+}
+
+void vmap_range_free_outgrown(void *p)
+{
+	range_free(p, "realloc", true);
 }
 
 size_t vmap_range_usable(const void *p, const char *who)

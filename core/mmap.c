@@ -432,7 +432,7 @@ void *vmap_serve(size_t len, int flags)
 	unsigned cpu;
 	struct vmap_shard *s = vmap_shard_here(&cpu);
 	vmap_shard_lock(s);
-	void *p = vmap_alloc_carve(s, cpu, pages, big, VMAP_PAGE, &zero, VMAP_TAG_MMAP);
+	void *p = vmap_alloc_carve(s, cpu, pages, big, VMAP_PAGE, &zero, VMAP_TAG_MMAP, false);
 	if (!p)
 		return NULL;
 	vmap_clear_hidden(vmap_region_of((uintptr_t)p), (uintptr_t)p);

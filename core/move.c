@@ -157,7 +157,7 @@ void *vmap_range_move(void *p, size_t size, bool *moved)
 	uint64_t pages = vmap_tag_pages(t);
 	size_t old_usable = (size_t)((pages - 1) << VMAP_PAGE_SHIFT);
 	bool zero;
-	void *q = vmap_range_alloc(size, VMAP_PAGE, &zero);
+	void *q = vmap_range_alloc_grown(size, &zero);
 	*moved = false;
 	if (!q)
 		return NULL;

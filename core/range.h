@@ -59,9 +59,20 @@ extern size_t vmap_area_max VMAP_HIDDEN;
  * set when its first size bytes are known to be zero.  NULL when the system
  * refuses, or size is over vmap_area_max (errno is the caller's to set). */
 void *vmap_range_alloc(size_t size, size_t align, bool *zero);
+/* The same (page aligned) for the copy of a block that realloc grows: placed
+ * in the lowest free run that fits (runs.c vmap_run_find says why). */
+void *vmap_range_alloc_grown(size_t size, bool *zero);
 /* Frees a block; a pointer inside the arena that is not a live block start
  * stops the program with one line naming `who`. */
 void vmap_range_free(void *p, const char *who);
+/* Frees the block a growing realloc copied out of.  Its size is one the
+ * program has outgrown: it goes to the free runs, merged with its
+ * neighbours, not to the thread's cache of areas reused as they are. */
+void vmap_range_free_outgrown(void *p);
+/* Frees the block a growing realloc copied out of.  Its size is one the
+ * program has outgrown: it goes to the free runs, merged with its
+ * neighbours, not to the thread's cache of areas to reuse as they are. */
+void vmap_range_free_outgrown(void *p);
 size_t vmap_range_usable(const void *p, const char *who);
 /* Resizes in place when it can (shrink, or grow into a free neighbour).
  * Returns true on success. */
@@ -222,9 +233,10 @@ void vmap_run_drop_records_locked(uintptr_t run, uintptr_t a, uintptr_t e);
 extern uint64_t vmap_none_vmas; /* VMAs guarded runs may cut: two each (runs.c) */
 extern bool vmap_none_made;
 /* Carves `pages` pages (all of them usable when tag has VMAP_TAG_MMAP) with
- * the shard lock held on entry; releases it.  *zero: contents known zero. */
+ * the shard lock held on entry; releases it.  *zero: contents known zero.
+ * low: resident runs by address (a growing realloc's, runs.c vmap_run_find). */
 void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu, uint64_t pages, bool big, size_t align,
-		       bool *zero, uint64_t tag);
+		       bool *zero, uint64_t tag, bool low);
 bool vmap_range_is_metadata(uintptr_t a, uintptr_t e);
 bool vmap_range_guard_on(void);
 /* Drains this thread's cache and every shard's pools into free runs. */

@@ -69,8 +69,10 @@ extern struct vmap_lock vmap_global_lock;
 extern bool vmap_moves_refused;
 extern uint64_t vmap_moves;
 uintptr_t vmap_carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
-			      unsigned *state_out, uint64_t *resident_out, bool resident_only);
-uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align);
+			      unsigned *state_out, uint64_t *resident_out, bool resident_only,
+			      bool low);
+uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align,
+			bool low);
 bool vmap_run_mergeable(uint64_t t, unsigned shard, bool big, unsigned state);
 /* The free run of s and kind big that ends right before a / starts at a,
  * and its *state; or 0. */

@@ -266,36 +266,53 @@ uintptr_t vmap_free_insert_locked(struct vmap_shard *s, uintptr_t start, uint64_
 	return start;
 }
 
-/* A run of list li that holds `pages` pages at `align`, or 0: the smallest
- * that fits once aligned (the lowest address among equals), looking at up
- * to RUN_FIND_BUDGET runs per bin, from the bin of `pages` up to the first
- * bin whose smallest possible run is no better than the best found.  Best
- * fit keeps the large runs whole for the large requests (fewer pages
- * faulted than with the first fit of a bin's head). */
+/* A run of list li that holds `pages` pages at `align`, or 0, looking at up
+ * to RUN_FIND_BUDGET runs per bin: an exact fit if one is seen, else the
+ * smallest that fits once aligned (the lowest address among equals), from
+ * the bin of `pages` up to the first bin whose smallest possible run is no
+ * better than the best found.  Best fit keeps the large runs whole for the
+ * large requests (fewer pages faulted than with the first fit of a bin's
+ * head).
+ *
+ * With `low` (a block that realloc grows, vmap_range_alloc_grown), a
+ * page-aligned request to a resident list takes the lowest address among
+ * the runs that fit in its own bin and the next (RUN_LOW_BINS), or failing
+ * that in the first larger bin that has one.  Blocks that grow by realloc
+ * and are freed at random (a parser's or a serialiser's buffers) left best
+ * fit's holes scattered over the whole chunk, each too small for the next
+ * larger copy, which then took fresh memory; filling the lowest holes first
+ * keeps the growing blocks packed low and the free memory above them in long
+ * runs (docs/benchmarks.md has the figures).  Other requests keep best fit:
+ * with address order for every request, bench/large's shapes that replace
+ * blocks of random sizes one for one faulted 10-15% more. */
 #define RUN_FIND_BUDGET 64
-uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align)
+#define RUN_LOW_BINS    2
+uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_t align, bool low)
 {
-	uint64_t mask = s->free_bin_mask[li] & ~((1ull << bin_of(pages)) - 1);
+	const unsigned first = bin_of(pages);
+	const bool by_address = low && align <= VMAP_PAGE && li % 5 == VMAP_RUN_DIRTY;
+	uint64_t mask = s->free_bin_mask[li] & ~((1ull << first) - 1);
 	uintptr_t best = 0;
 	uint64_t best_m = UINT64_MAX;
 	while (mask) {
 		unsigned b = (unsigned)__builtin_ctzll(mask);
 		mask &= mask - 1;
-		/* Every run of a bin is at least 2^b pages: once that is no
-		 * smaller than the best fit found, larger bins cannot beat it. */
-		if (best && (1ull << b) >= best_m)
+		/* Best fit: every run of bin b is at least 2^b pages, so once that
+		 * is no smaller than the best found, larger bins cannot beat it. */
+		if (best && (by_address ? b >= first + RUN_LOW_BINS : (1ull << b) >= best_m))
 			break;
 		int budget = RUN_FIND_BUDGET;
 		for (uintptr_t a = s->free_bin[li][b]; a && budget-- > 0;) {
 			struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 			uint64_t m = vmap_tag_pages(e->tag);
 			uintptr_t al = (a + align - 1) & ~(uintptr_t)(align - 1);
-			if ((m < best_m || (m == best_m && a < best)) &&
-			    al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
-				best = a;
-				best_m = m;
+			if (al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
 				if (m == pages)
-					return best;
+					return a;
+				if (!best || (by_address ? a < best : m < best_m || (m == best_m && a < best))) {
+					best = a;
+					best_m = m;
+				}
 			}
 			a = e->next;
 		}
@@ -334,10 +351,11 @@ static bool splits(uintptr_t run, uint64_t pages, size_t align)
  * resident run and ends in a zero or guarded one has that run's state and
  * *resident > 0: its first *resident pages are stale, the rest as the state
  * says.  With resident_only, only the lists that need no page fault (dirty,
- * protected).
+ * protected); with low, resident runs are taken by address (vmap_run_find).
  */
 uintptr_t vmap_carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, size_t align,
-			      unsigned *state_out, uint64_t *resident_out, bool resident_only)
+			      unsigned *state_out, uint64_t *resident_out, bool resident_only,
+			      bool low)
 {
 	vmap_lock_assert_held(&s->lock, VMAP_RANK_SHARD);
 	const bool k = *big;
@@ -351,7 +369,7 @@ uintptr_t vmap_carve_locked(struct vmap_shard *s, bool *big, uint64_t pages, siz
 	};
 	uintptr_t found = 0, split = 0;
 	for (int i = 0; i < (resident_only ? 4 : 9) && !found; i++) {
-		found = vmap_run_find(s, order[i], pages, align);
+		found = vmap_run_find(s, order[i], pages, align, low);
 		unsigned st = order[i] % 5; /* (vmap_run_list) */
 		if (found && (st == VMAP_RUN_PROTECTED || st == VMAP_RUN_GUARDED) &&
 		    splits(found, pages, align)) {
