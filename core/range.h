@@ -69,10 +69,6 @@ void vmap_range_free(void *p, const char *who);
  * program has outgrown: it goes to the free runs, merged with its
  * neighbours, not to the thread's cache of areas reused as they are. */
 void vmap_range_free_outgrown(void *p);
-/* Frees the block a growing realloc copied out of.  Its size is one the
- * program has outgrown: it goes to the free runs, merged with its
- * neighbours, not to the thread's cache of areas to reuse as they are. */
-void vmap_range_free_outgrown(void *p);
 size_t vmap_range_usable(const void *p, const char *who);
 /* Resizes in place when it can (shrink, or grow into a free neighbour).
  * Returns true on success. */

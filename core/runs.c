@@ -297,8 +297,10 @@ uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_
 	while (mask) {
 		unsigned b = (unsigned)__builtin_ctzll(mask);
 		mask &= mask - 1;
-		/* Best fit: every run of bin b is at least 2^b pages, so once that
-		 * is no smaller than the best found, larger bins cannot beat it. */
+		/* By address: the request's bin and the next, or else the first
+		 * larger bin with a fit.  Best fit: every run of bin b is at least
+		 * 2^b pages, so once that is no smaller than the best found,
+		 * larger bins cannot beat it. */
 		if (best && (by_address ? b >= first + RUN_LOW_BINS : (1ull << b) >= best_m))
 			break;
 		int budget = RUN_FIND_BUDGET;
@@ -309,7 +311,9 @@ uintptr_t vmap_run_find(struct vmap_shard *s, unsigned li, uint64_t pages, size_
 			if (al + (pages << VMAP_PAGE_SHIFT) <= a + (m << VMAP_PAGE_SHIFT)) {
 				if (m == pages)
 					return a;
-				if (!best || (by_address ? a < best : m < best_m || (m == best_m && a < best))) {
+				bool better = by_address ? a < best
+							 : m < best_m || (m == best_m && a < best);
+				if (!best || better) {
 					best = a;
 					best_m = m;
 				}
