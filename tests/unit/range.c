@@ -413,6 +413,63 @@ Test(range, interior_pointer_message_names_the_caller)
 
 /* ---- resize and move --------------------------------------------------------- */
 
+/* Free runs only (no pools, no thread cache): placement is the runs' alone. */
+static const char *const runs_only[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
+					"VMAPALLOC_POOL_PAGES=0", "VMAPALLOC_CACHE=0", NULL};
+
+Test(range, grown_copy_takes_the_lowest_run_other_requests_the_best_fit)
+{
+	range_setup(runs_only);
+	/* Two resident runs: 250 pages low, 120 pages high (areas carry a
+	 * guard page: 249 and 119 usable), live blocks between them. */
+	char *low = alloc_ok(249 * VMAP_PAGE, VMAP_PAGE, NULL);
+	void *s1 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	char *high = alloc_ok(119 * VMAP_PAGE, VMAP_PAGE, NULL);
+	void *s2 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert(low < high);
+	memset(low, 1, 249 * VMAP_PAGE);
+	memset(high, 2, 119 * VMAP_PAGE);
+	vmap_range_free(low, "free");
+	vmap_range_free(high, "free");
+	cr_assert_eq(vmap_tag_state(tag_of(low)), VMAP_ST_FREE);
+	cr_assert_eq(vmap_tag_state(tag_of(high)), VMAP_ST_FREE);
+	/* 100 pages: best fit is the 120-page run; a growing realloc's copy
+	 * takes the lowest run in its bin or the next. */
+	bool zero = true;
+	void *g = vmap_range_alloc_grown(99 * VMAP_PAGE, &zero);
+	cr_assert_eq(g, low, "the grown copy at %p, the low run at %p", g, (void *)low);
+	cr_assert_not(zero, "resident memory is dirty");
+	vmap_range_free(g, "free");
+	void *b = alloc_ok(99 * VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert_eq(b, high, "best fit at %p, the high run at %p", b, (void *)high);
+	vmap_range_free(b, "free");
+	vmap_range_free(s1, "free");
+	vmap_range_free(s2, "free");
+}
+
+Test(range, outgrown_area_goes_to_the_runs_not_the_thread_cache)
+{
+	range_setup(one_shard);
+	void *a = alloc_ok(100 * KiB, VMAP_PAGE, NULL);
+	void *s1 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	void *b = alloc_ok(100 * KiB, VMAP_PAGE, NULL);
+	void *s2 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	/* A plain free keeps the area whole for its size (the thread's cache
+	 * or a pool: tag CACHED); the area a realloc outgrew becomes a free
+	 * run, merged with its free neighbours. */
+	vmap_range_free(a, "free");
+	cr_assert_eq(vmap_tag_state(tag_of(a)), VMAP_ST_CACHED, "a plain free is cached");
+	vmap_range_free_outgrown(b);
+	cr_assert_eq(vmap_tag_state(tag_of(b)), VMAP_ST_FREE, "the outgrown area is a free run");
+	/* A smaller request is carved from it (the cached area waits for its
+	 * own size). */
+	void *c = alloc_ok(40 * KiB, VMAP_PAGE, NULL);
+	cr_assert_eq(c, b, "the smaller block at %p, the outgrown area at %p", c, b);
+	vmap_range_free(c, "free");
+	vmap_range_free(s1, "free");
+	vmap_range_free(s2, "free");
+}
+
 Test(range, resize_grows_in_place_into_a_free_neighbour)
 {
 	range_setup(one_shard);
