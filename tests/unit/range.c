@@ -417,16 +417,25 @@ Test(range, interior_pointer_message_names_the_caller)
 static const char *const runs_only[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 					"VMAPALLOC_POOL_PAGES=0", "VMAPALLOC_CACHE=0", NULL};
 
+/* Two blocks of na and nb bytes, each followed by a live page (seps), so
+ * that freeing them leaves two runs apart. */
+static void two_apart(size_t na, size_t nb, char **a, char **b, void *seps[2])
+{
+	*a = alloc_ok(na, VMAP_PAGE, NULL);
+	seps[0] = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	*b = alloc_ok(nb, VMAP_PAGE, NULL);
+	seps[1] = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	cr_assert(*a < *b);
+}
+
 Test(range, grown_copy_takes_the_lowest_run_other_requests_the_best_fit)
 {
 	range_setup(runs_only);
 	/* Two resident runs: 250 pages low, 120 pages high (areas carry a
 	 * guard page: 249 and 119 usable), live blocks between them. */
-	char *low = alloc_ok(249 * VMAP_PAGE, VMAP_PAGE, NULL);
-	void *s1 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
-	char *high = alloc_ok(119 * VMAP_PAGE, VMAP_PAGE, NULL);
-	void *s2 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
-	cr_assert(low < high);
+	char *low, *high;
+	void *seps[2];
+	two_apart(249 * VMAP_PAGE, 119 * VMAP_PAGE, &low, &high, seps);
 	memset(low, 1, 249 * VMAP_PAGE);
 	memset(high, 2, 119 * VMAP_PAGE);
 	vmap_range_free(low, "free");
@@ -443,17 +452,16 @@ Test(range, grown_copy_takes_the_lowest_run_other_requests_the_best_fit)
 	void *b = alloc_ok(99 * VMAP_PAGE, VMAP_PAGE, NULL);
 	cr_assert_eq(b, high, "best fit at %p, the high run at %p", b, (void *)high);
 	vmap_range_free(b, "free");
-	vmap_range_free(s1, "free");
-	vmap_range_free(s2, "free");
+	vmap_range_free(seps[0], "free");
+	vmap_range_free(seps[1], "free");
 }
 
 Test(range, outgrown_area_goes_to_the_runs_not_the_thread_cache)
 {
 	range_setup(one_shard);
-	void *a = alloc_ok(100 * KiB, VMAP_PAGE, NULL);
-	void *s1 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
-	void *b = alloc_ok(100 * KiB, VMAP_PAGE, NULL);
-	void *s2 = alloc_ok(VMAP_PAGE, VMAP_PAGE, NULL);
+	char *a, *b;
+	void *seps[2];
+	two_apart(100 * KiB, 100 * KiB, &a, &b, seps);
 	/* A plain free keeps the area whole for its size (the thread's cache
 	 * or a pool: tag CACHED); the area a realloc outgrew becomes a free
 	 * run, merged with its free neighbours. */
@@ -464,10 +472,11 @@ Test(range, outgrown_area_goes_to_the_runs_not_the_thread_cache)
 	/* A smaller request is carved from it (the cached area waits for its
 	 * own size). */
 	void *c = alloc_ok(40 * KiB, VMAP_PAGE, NULL);
-	cr_assert_eq(c, b, "the smaller block at %p, the outgrown area at %p", c, b);
+	cr_assert_eq(c, (void *)b, "the smaller block at %p, the outgrown area at %p", c,
+		     (void *)b);
 	vmap_range_free(c, "free");
-	vmap_range_free(s1, "free");
-	vmap_range_free(s2, "free");
+	vmap_range_free(seps[0], "free");
+	vmap_range_free(seps[1], "free");
 }
 
 Test(range, resize_grows_in_place_into_a_free_neighbour)
