@@ -471,6 +471,51 @@ static int probe_vec(void *base, size_t n)
     return got == n ? 0 : -2;
 }
 
+/*
+ * The checksum random_vmas prints of a mapping's pages that vecbuf says a
+ * child could write, computed in a child too: a read in the parent would map
+ * a page and, on a kernel without the shared zero page, give a VMA that had
+ * none an anon_vma, which decides later merges -- the observation would
+ * change what it observes.  ~0 if the child failed.
+ */
+static uint64_t csum_vec(void *base, size_t n)
+{
+    int fds[2];
+    uint64_t h = ~0ull;
+    if (pipe(fds) != 0)
+        return h;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return h;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        uint64_t c = 0;
+        for (size_t i = 0; i < n; i++)
+            c = c * 31 + (vecbuf[i] == 'w' ? csum(base, i, 1) : 0);
+        write_all(fds[1], (const char *)&c, sizeof c);
+        _exit(0);
+    }
+    close(fds[1]);
+    uint64_t c;
+    size_t got = 0;
+    while (got < sizeof c) {
+        ssize_t r = read(fds[0], (char *)&c + got, sizeof c - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fds[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return got == sizeof c && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? c : h;
+}
+
 static void probe(const char *tag, void *base, size_t n)
 {
     char text[256];
@@ -2971,7 +3016,8 @@ static void c_random_churn(void)
  * whole or a head part, shrinking, MREMAP_FIXED moves to holes at the same,
  * a smaller or a larger size) and munmap follow them.  Every call's result is
  * printed (no address); every 50 operations the pages of each mapping (probed
- * from a child) and a checksum of the pages a child could write.  With
+ * from a child) and a checksum of the pages a child could write (summed in a
+ * child: csum_vec).  With
  * `dontunmap`, MREMAP_DONTUNMAP of sub-ranges too.
  */
 static void random_vmas(int dontunmap, uint64_t seed)
@@ -2989,9 +3035,7 @@ static void random_vmas(int dontunmap, uint64_t seed)
                 if (probe_vec(m[k].a, m[k].n) < 0)
                     continue;
                 rle(text, sizeof text, vecbuf, m[k].n);
-                uint64_t h = 0;
-                for (size_t i = 0; i < m[k].n; i++)
-                    h = h * 31 + (vecbuf[i] == 'w' ? csum(m[k].a, i, 1) : 0);
+                uint64_t h = csum_vec(m[k].a, m[k].n);
                 T("op %d: mapping %d: pages %s, content %016llx", op, k, text,
                   (unsigned long long)h);
             }
