@@ -45,6 +45,8 @@ bool vmap_moves_left(void)
 bool vmap_moves_refused; /* the kernel refused a move (EINVAL): realloc copies */
 struct vmap_shard *vmap_shards;
 unsigned vmap_nshards; /* 0 until the shards are mapped */
+unsigned vmap_nshards_large;
+bool vmap_mmap_apart = true;
 uint64_t vmap_lazy_max;
 struct vmap_lock vmap_global_lock = VMAP_LOCK_INIT;
 uint64_t vmap_pool_exact;
@@ -663,6 +665,14 @@ struct vmap_shard *vmap_shard_here(unsigned *cpu)
 	*cpu = vmap_os_cpu();
 	int h = vmap_tls_shard;
 	if (__builtin_expect(h < 0, 0))
-		vmap_tls_shard = h = (int)(*cpu % vmap_nshards);
+		vmap_tls_shard = h = (int)(*cpu % vmap_nshards_large);
 	return &vmap_shards[h];
+}
+
+struct vmap_shard *vmap_shard_mmap_here(unsigned *cpu)
+{
+	struct vmap_shard *s = vmap_shard_here(cpu);
+	if (vmap_nshards == vmap_nshards_large)
+		return s;
+	return &vmap_shards[vmap_nshards_large + s->id];
 }

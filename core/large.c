@@ -120,14 +120,14 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state, &resident, low);
 	if (a)
 		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
-	if (vmap_nshards > 1) {
+	if (vmap_nshards_large > 1) {
 		/* Bounded on many-CPU machines: the next STEAL_SCAN shards are
 		 * looked at (one cache line each), STEAL_TRIES of them locked. */
 		enum { STEAL_SCAN = 16, STEAL_TRIES = 4 };
-		unsigned tries = 0;
+		unsigned tries = 0, n = vmap_nshards_large, base = s->id < n ? 0 : n;
 		vmap_shard_unlock(s);
-		for (unsigned i = 1; i < vmap_nshards && i <= STEAL_SCAN && tries < STEAL_TRIES; i++) {
-			struct vmap_shard *o = &vmap_shards[(s->id + i) % vmap_nshards];
+		for (unsigned i = 1; i < n && i <= STEAL_SCAN && tries < STEAL_TRIES; i++) {
+			struct vmap_shard *o = &vmap_shards[base + (s->id - base + i) % n];
 			if (__atomic_load_n(&o->cached_bytes, __ATOMIC_RELAXED) <
 			    pages << VMAP_PAGE_SHIFT) /* a hint: too little to fit */
 				continue;
@@ -545,6 +545,9 @@ int vmap_range_init(void)
 	if (tight)
 		n = vmap_tight_setup(n);
 	n = n ? n : 1;
+	/* The program's mmap gets shards of its own, as many, unless the arena
+	 * is tight (its chunks are few) or mmap is not served. */
+	unsigned total = vmap_opt.mmap && vmap_mmap_apart && !tight ? 2 * n : n;
 	/* POOL_PAGES counts usable pages; areas carry one more, the guard. */
 	vmap_pool_exact = vmap_opt.pool_pages + 1;
 	vmap_lazy_max = vmap_opt.lazy_max ? vmap_opt.lazy_max
@@ -552,18 +555,19 @@ int vmap_range_init(void)
 	vmap_lazy_limit = vmap_lazy_max;
 	vmap_counter_set_batch(vmap_opt.lazy_max ? vmap_opt.lazy_max
 						: (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20));
-	vmap_shards_bytes = ((size_t)n * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
+	vmap_shards_bytes = ((size_t)total * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
 			    ~(VMAP_PAGE - 1);
 	void *sh = vmap_os_mmap(NULL, vmap_shards_bytes, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (vmap_os_is_err(sh))
 		return vmap_os_err(sh); /* (no shards: nothing for fork or purge to walk) */
 	vmap_shards = sh;
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < total; i++)
 		vmap_shards[i].id = i;
 	shard_locks.first = &vmap_shards[0].lock;
 	vmap_lock_register(&shard_locks);
-	__atomic_store_n(&vmap_nshards, n, __ATOMIC_RELEASE);
+	vmap_nshards_large = n;
+	__atomic_store_n(&vmap_nshards, total, __ATOMIC_RELEASE);
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)vmap_shards_bytes);
 	if (vmap_reserve_size < vmap_region_floor())
 		return -ENOMEM;
@@ -602,7 +606,7 @@ bool vmap_range_is_metadata(uintptr_t a, uintptr_t e)
 
 unsigned vmap_range_nshards(void)
 {
-	return vmap_nshards;
+	return vmap_nshards_large;
 }
 
 

@@ -13,12 +13,14 @@
  * program's (no guard page), zero-filled when handed out.  munmap() of any
  * part of it — head, tail, middle, several mappings and holes in one call —
  * splits the area exactly; the unmapped pages are made to fault like
- * unmapped memory -- kept resident PROT_NONE for the next mmap (within the
- * cache and VMA budgets), else a fresh PROT_NONE mapping over them (within
- * the VMA budget: fork copies nothing of it), else guard markers
- * (MADV_GUARD_INSTALL, no VMA cut, but a page-table entry each) -- and
- * become a "protected" or "guarded" free run, un-guarded when reused.  mprotect/madvise/mincore/
- * mremap aimed at such pages fail as on unmapped memory (ENOMEM, EFAULT).
+ * unmapped memory -- kept resident PROT_NONE for the next mmap (with
+ * VMAPALLOC_LAZY_MAX set, within the cache and VMA budgets), else a fresh
+ * PROT_NONE mapping over them (within the VMA budget: fork copies nothing of
+ * it), else guard markers (MADV_GUARD_INSTALL, no VMA cut, but a page-table
+ * entry each) -- and become a "protected" or "guarded" free run, un-guarded
+ * when reused.  mprotect/madvise/mincore/mremap aimed at such pages fail as
+ * on unmapped memory (ENOMEM, EFAULT).  Served mappings come from shards of
+ * their own (vmap_shard_mmap_here), in chunks apart from malloc's blocks.
  * An area whose protection or advice the program changed is flagged ATTR and
  * reset with a fresh mapping before reuse; where it changed them for part of
  * the area only, the area mirrors the VMAs the kernel would have split it
@@ -122,9 +124,12 @@ static bool lazy_unmap_fits(void)
 }
 
 /* Cuts [a, e) out of the served mapping p (shard lock not held).  Lazily
- * when it can: PROT_NONE keeps the pages resident for the next mmap (one
- * mprotect and a memset instead of a page fault per page), within the cache
- * budget and the VMA budget; otherwise guard markers drop them.  Pages of a
+ * when VMAPALLOC_LAZY_MAX is set: PROT_NONE keeps the pages resident for the
+ * next mmap (one mprotect and a memset instead of a page fault per page),
+ * within the cache budget and the VMA budget.  Otherwise guard markers drop
+ * them at once, as the kernel's munmap does: by default the cache is sized
+ * for the program's malloc, and pages kept for an mmap that may not come
+ * raised peak RSS (CPython's and Ruby's arenas).  Pages of a
  * moved area (VMAP_TAG_MOVED) are mapped afresh first, which merges them
  * back into the arena's VMA (move.c). */
 int vmap_cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e)
@@ -133,7 +138,7 @@ int vmap_cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr
 	unsigned state = VMAP_RUN_GUARDED;
 	bool reset = t & (VMAP_TAG_ATTR | VMAP_TAG_MOVED);
 	int rc = -1;
-	if (!reset && e - a <= vmap_lazy_max / 4 && lazy_unmap_fits()) {
+	if (!reset && vmap_opt.lazy_max && e - a <= vmap_lazy_max / 4 && lazy_unmap_fits()) {
 		rc = vmap_os_mprotect((void *)a, e - a, PROT_NONE);
 		if (rc == 0)
 			state = VMAP_RUN_PROTECTED;
@@ -297,9 +302,9 @@ int vmap_take_hole(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_
 		return 0;
 	if (p->kind == PIECE_HOLE && !p->tag) {
 		/* A chunk no shard has taken: take it now (as free space of this
-		 * CPU's shard), then carve from it like any free run. */
+		 * CPU's mmap shard), then carve from it like any free run. */
 		unsigned cpu;
-		struct vmap_shard *here = vmap_shard_here(&cpu);
+		struct vmap_shard *here = vmap_shard_mmap_here(&cpu);
 		if (!vmap_chunk_claim_at(a, here))
 			return 1;
 		struct piece np = vmap_piece_at(a);
@@ -430,7 +435,7 @@ void *vmap_serve(size_t len, int flags)
 	 * would fault fresh memory instead). */
 	bool big = false, zero;
 	unsigned cpu;
-	struct vmap_shard *s = vmap_shard_here(&cpu);
+	struct vmap_shard *s = vmap_shard_mmap_here(&cpu);
 	vmap_shard_lock(s);
 	void *p = vmap_alloc_carve(s, cpu, pages, big, VMAP_PAGE, &zero, VMAP_TAG_MMAP, false);
 	if (!p)

@@ -29,6 +29,8 @@ extern unsigned vmap_chunk_shift VMAP_HIDDEN;
 #define VMAP_CHUNK_PAGES (VMAP_CHUNK >> VMAP_PAGE_SHIFT)
 #define VMAP_MAX_REGIONS 64
 #define VMAP_MAX_SHARDS 128
+/* Shard ids: as many again for the program's mmap (arena.c), in the tag's 8 bits. */
+#define VMAP_MAX_SHARD_IDS (2 * VMAP_MAX_SHARDS)
 #define VMAP_BIG_MIN VMAP_HUGE_PAGE /* areas this large are 2 MiB aligned */
 #define VMAP_BIG_PAGES (VMAP_BIG_MIN >> VMAP_PAGE_SHIFT)
 

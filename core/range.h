@@ -134,6 +134,14 @@ struct vmap_shard {
 
 extern struct vmap_shard *vmap_shards;
 extern unsigned vmap_nshards;
+/* The first vmap_nshards_large shards serve malloc; the rest, as many, the
+ * program's mmap (none when MMAP=0 or the arena is tight): its mappings in
+ * chunks of their own, as the kernel keeps them apart from the heap. */
+extern unsigned vmap_nshards_large;
+/* Whether the program's mmap gets shards of its own (set before init; the
+ * unit tests clear it to lay mappings and blocks side by side, as a tight
+ * arena does). */
+extern bool vmap_mmap_apart;
 extern uint64_t vmap_lazy_max;
 extern uint64_t vmap_lazy_limit; /* the adaptive pressure limit (purge_policy.c) */
 extern uint64_t vmap_pool_exact; /* areas of up to this many pages are pooled */
@@ -208,6 +216,8 @@ int64_t vmap_cached_extend(uintptr_t a, uint64_t pages, uint64_t want);
 /* MADV_GUARD_INSTALL works (Linux >= 6.13); probed on first use. */
 bool vmap_guard_markers(void);
 struct vmap_shard *vmap_shard_here(unsigned *cpu);
+/* This CPU's shard for the program's mmap (vmap_shard_here's when it has none). */
+struct vmap_shard *vmap_shard_mmap_here(unsigned *cpu);
 void vmap_run_set_locked(struct vmap_shard *s, struct vmap_region *r, uintptr_t a, uint64_t pages,
 			 unsigned state, bool big, uint64_t stamp);
 void vmap_run_take_locked(struct vmap_shard *s, struct vmap_pte *e, uint64_t t);

@@ -31,7 +31,7 @@ __attribute__((noreturn)) static void check_fail(const char *what, uintptr_t a)
  */
 void vmap_range_check(void)
 {
-	static uint64_t freed[VMAP_MAX_SHARDS][VMAP_RUN_LISTS], dirty_bytes[VMAP_MAX_SHARDS];
+	static uint64_t freed[VMAP_MAX_SHARD_IDS][VMAP_RUN_LISTS], dirty_bytes[VMAP_MAX_SHARD_IDS];
 	uint64_t pooled = 0;
 	for (unsigned i = 0; i < vmap_nshards; i++) {
 		dirty_bytes[i] = 0;

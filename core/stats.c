@@ -190,6 +190,7 @@ void vmap_report_shard_row(unsigned i, struct vmap_shard_row *r)
 {
 	const struct vmap_shard *s = &vmap_shards[i];
 	memset(r, 0, sizeof *r);
+	r->mmap = i >= vmap_nshards_large;
 	r->cached = __atomic_load_n(&s->cached_bytes, __ATOMIC_RELAXED);
 	r->locks = __atomic_load_n(&s->lock_acquisitions, __ATOMIC_RELAXED);
 	r->contended = __atomic_load_n(&s->lock_contended, __ATOMIC_RELAXED);

@@ -81,8 +81,9 @@ static void write_shard_table(struct vmap_buf *b)
 	for (unsigned i = 0; i < vmap_report_nshards(); i++) {
 		struct vmap_shard_row r;
 		vmap_report_shard_row(i, &r);
-		vmap_buf_printf(b, "%s{\"shard\": %u, \"cached_bytes\": %U, \"pooled_areas\": %U",
-				i ? ", " : "", i, r.cached, r.pooled_areas);
+		vmap_buf_printf(b, "%s{\"shard\": %u, \"serves\": \"%s\", \"cached_bytes\": %U, "
+				"\"pooled_areas\": %U", i ? ", " : "", i, r.mmap ? "mmap" : "malloc",
+				r.cached, r.pooled_areas);
 		for (unsigned k = 0; k < VMAP_NSTATES; k++)
 			vmap_buf_printf(b, ", \"free_%s_bytes\": %U", vmap_report_state_name(k),
 					r.free_bytes[k]);

@@ -123,6 +123,7 @@ void vmap_report_program_name(char *out, size_t cap);
  * Free-run lists are [big * VMAP_NSTATES + enum vmap_run_state] (range.h). */
 #define VMAP_NSTATES (VMAP_RUN_LISTS / 2)
 struct vmap_shard_row {
+	bool mmap; /* one of the program's mmap shards */
 	uint64_t cached, pooled_areas;
 	uint64_t free_bytes[VMAP_NSTATES];
 	uint64_t locks, contended;

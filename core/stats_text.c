@@ -151,8 +151,8 @@ static void write_tables(struct vmap_buf *b, const struct vmap_figures *f)
 	unsigned ns = vmap_report_nshards();
 	if (!ns)
 		return;
-	vmap_buf_printf(b, "\n  shards (read without their locks: approximate; free runs by state)"
-			   "\n    shard     cached  pooled");
+	vmap_buf_printf(b, "\n  shards (read without their locks: approximate; free runs by state;"
+			   " m: the program's mmap)\n    shard     cached  pooled");
 	for (unsigned k = 0; k < VMAP_NSTATES; k++)
 		vmap_buf_printf(b, "%11s", vmap_report_state_name(k));
 	vmap_buf_printf(b, "      locks  contended");
@@ -161,7 +161,8 @@ static void write_tables(struct vmap_buf *b, const struct vmap_figures *f)
 		vmap_report_shard_row(i, &r);
 		if (shard_idle(i, &r))
 			continue;
-		vmap_buf_printf(b, "\n    %5u%11B%8U", i, r.cached, r.pooled_areas);
+		vmap_buf_printf(b, "\n    %4u%c%11B%8U", i, r.mmap ? 'm' : ' ', r.cached,
+				r.pooled_areas);
 		for (unsigned k = 0; k < VMAP_NSTATES; k++)
 			vmap_buf_printf(b, "%11B", r.free_bytes[k]);
 		vmap_buf_printf(b, "%11U%11U", r.locks, r.contended);

@@ -843,6 +843,14 @@ static void facade_setup(const char *const *env)
 	cr_assert(vmap_range_ready(), "the arena could be reserved");
 }
 
+/* facade_setup with the program's mmap in the malloc shards, as in a tight
+ * arena: mappings and blocks side by side, the runs they leave joined. */
+static void side_by_side_setup(const char *const *env)
+{
+	vmap_mmap_apart = false;
+	facade_setup(env);
+}
+
 /* The program's own mapping of len bytes, served from the arena. */
 static void *served(size_t len)
 {
@@ -852,6 +860,81 @@ static void *served(size_t len)
 	return m;
 }
 
+/* The program's mappings come from shards of their own, in chunks apart
+ * from malloc's blocks: a language runtime's arenas between the blocks kept
+ * a growing realloc from growing in place (CPython's peak RSS). */
+Test(purge, the_programs_mappings_take_chunks_apart_from_the_blocks)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	facade_setup(env);
+	cr_assert_eq(vmap_range_nshards(), 1);
+	cr_assert_eq(vmap_nshards, 2, "one malloc shard and one for the program's mmap");
+	char *a = alloc_ok(A64K);
+	char *m = served(A64K);
+	char *b = alloc_ok(A64K);
+	cr_assert_eq(vmap_tag_shard(tag_of(a)), 0);
+	cr_assert_eq(vmap_tag_shard(tag_of(b)), 0);
+	cr_assert_eq(vmap_tag_shard(tag_of(m)), 1);
+	cr_assert_eq(b, a + AREA64K, "the blocks side by side");
+	cr_assert_neq((uintptr_t)m >> VMAP_CHUNK_SHIFT, (uintptr_t)a >> VMAP_CHUNK_SHIFT,
+		      "the mapping in a chunk of its own");
+	memset(m, 1, A64K);
+	cr_assert_eq(vmap_munmap(m, A64K), 0);
+	vmap_range_free(a, "free");
+	vmap_range_free(b, "free");
+	/* Freed memory stays with its kind: a block does not take the
+	 * mapping's pages, nor a mapping the blocks'. */
+	char *c = alloc_ok(A64K);
+	cr_assert_eq(vmap_tag_shard(tag_of(c)), 0);
+	char *n = served(A64K);
+	cr_assert_eq(vmap_tag_shard(tag_of(n)), 1);
+	vmap_range_free(c, "free");
+	cr_assert_eq(vmap_munmap(n, A64K), 0);
+	vmap_range_check();
+}
+
+/* Without VMAPALLOC_LAZY_MAX, pages the program unmaps go back at once, as
+ * the kernel's munmap gives them back: a guarded run, nothing cached. */
+Test(purge, unmapped_pages_go_back_at_once_by_default)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	facade_setup(env);
+	char *m = served(4 * A64K);
+	memset(m, 1, 4 * A64K);
+	int64_t cached = ctr(VMAP_STAT_cached_bytes);
+	cr_assert_eq(vmap_munmap(m, 4 * A64K), 0);
+	uint64_t t = tag_of(m);
+	cr_assert_eq(vmap_tag_state(t), VMAP_ST_FREE);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), cached, "nothing kept resident");
+	unsigned char vec[64];
+	cr_assert_eq(mincore(m, 4 * A64K, vec), 0);
+	for (int i = 0; i < 64; i++)
+		cr_assert_eq(vec[i] & 1, 0, "page %d still resident", i);
+	vmap_range_check();
+}
+
+/* With VMAPALLOC_LAZY_MAX set, they may stay resident (PROT_NONE) for the
+ * next mmap, which reuses them. */
+Test(purge, unmapped_pages_stay_for_the_next_mmap_with_lazy_max)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0",
+			     "VMAPALLOC_LAZY_MAX=8M", NULL};
+	facade_setup(env);
+	char *m = served(4 * A64K);
+	memset(m, 1, 4 * A64K);
+	int64_t cached = ctr(VMAP_STAT_cached_bytes);
+	cr_assert_eq(vmap_munmap(m, 4 * A64K), 0);
+	uint64_t t = tag_of(m);
+	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_PROTECTED);
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), cached + 4 * A64K);
+	char *n = served(4 * A64K);
+	cr_assert_eq(n, m, "the next mapping reuses them");
+	cr_assert(all_zero(n, 4 * A64K), "zero-filled");
+	cr_assert_eq(vmap_munmap(n, 4 * A64K), 0);
+	vmap_range_check();
+}
+
 /* A zero run beside one guarded run (pages the program unmapped) stays
  * apart: joined, the zero pages became PROT_NONE with nothing gained, and
  * aligned areas carved there cut the mapping into pieces. */
@@ -859,7 +942,7 @@ Test(purge, a_zero_run_beside_one_guarded_run_stays_apart)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
-	facade_setup(env);
+	side_by_side_setup(env);
 	void *a = alloc_ok(A64K);
 	char *m = served(A64K);
 	void *keep = alloc_ok(A64K); /* the chunk does not go back */
@@ -915,7 +998,7 @@ static void guarded_around_block(size_t len, char **m1, char **a, char **m2, voi
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_CACHE=0", NULL};
-	facade_setup(env);
+	side_by_side_setup(env);
 	*m1 = served(len);
 	*a = alloc_ok(A64K);
 	*m2 = served(len);
@@ -970,7 +1053,7 @@ Test(purge, a_purge_that_joins_guarded_runs_keeps_their_pages_faulting)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_LAZY_MAX=1M", "VMAPALLOC_CACHE=0", NULL};
-	facade_setup(env);
+	side_by_side_setup(env);
 	char *m1 = served(1 * MiB); /* > LAZY_MAX / 4: guarded at its munmap */
 	char *a = alloc_ok(3 * MiB);
 	char *m2 = served(1 * MiB);
@@ -1001,7 +1084,7 @@ Test(purge, an_aligned_area_does_not_split_a_guarded_run)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_LAZY_MAX=1M", "VMAPALLOC_CACHE=0", NULL};
-	facade_setup(env);
+	side_by_side_setup(env);
 	void *b = alloc_ok(VMAP_PAGE);
 	char *m = served(1 * MiB); /* > LAZY_MAX / 4: guarded at its munmap */
 	void *keep = alloc_ok(A64K);
@@ -1081,7 +1164,7 @@ Test(purge, a_guarded_run_that_cannot_be_unguarded_is_never_handed_out)
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0",
 			     "VMAPALLOC_HUGEPAGE=0", "VMAPALLOC_LAZY_MAX=4M", "VMAPALLOC_CACHE=0",
 			     NULL};
-	facade_setup(env);
+	side_by_side_setup(env);
 	char *m = served(8 * MiB);
 	void *keep = alloc_ok(A64K);
 	cr_assert_eq((char *)keep, m + 8 * MiB, "the block follows the mapping");
