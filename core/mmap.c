@@ -12,15 +12,13 @@
  * A served mapping is an area tagged VMAP_TAG_MMAP: all its pages are the
  * program's (no guard page), zero-filled when handed out.  munmap() of any
  * part of it — head, tail, middle, several mappings and holes in one call —
- * splits the area exactly; the unmapped pages are made to fault like
- * unmapped memory -- kept resident PROT_NONE for the next mmap (with
- * VMAPALLOC_LAZY_MAX set, within the cache and VMA budgets), else a fresh
- * PROT_NONE mapping over them (within the VMA budget: fork copies nothing of
- * it), else guard markers (MADV_GUARD_INSTALL, no VMA cut, but a page-table
- * entry each) -- and become a "protected" or "guarded" free run, un-guarded
- * when reused.  mprotect/madvise/mincore/mremap aimed at such pages fail as
- * on unmapped memory (ENOMEM, EFAULT).  Served mappings come from shards of
- * their own (vmap_shard_mmap_here), in chunks apart from malloc's blocks.
+ * splits the area exactly; the unmapped pages fault like unmapped memory --
+ * kept resident PROT_NONE for the next mmap (LAZY_MAX set), else a fresh
+ * PROT_NONE mapping (within the VMA budget: fork copies nothing of it), else
+ * guard markers (MADV_GUARD_INSTALL: no VMA cut, a page-table entry each) --
+ * a "protected" or "guarded" free run, un-guarded when reused.  mprotect,
+ * madvise, mincore, mremap there fail as on unmapped memory (ENOMEM, EFAULT).
+ * Served mappings come from shards of their own (vmap_shard_mmap_here).
  * An area whose protection or advice the program changed is flagged ATTR and
  * reset with a fresh mapping before reuse; where it changed them for part of
  * the area only, the area mirrors the VMAs the kernel would have split it
@@ -124,12 +122,10 @@ static bool lazy_unmap_fits(void)
 }
 
 /* Cuts [a, e) out of the served mapping p (shard lock not held).  Lazily
- * when VMAPALLOC_LAZY_MAX is set: PROT_NONE keeps the pages resident for the
- * next mmap (one mprotect and a memset instead of a page fault per page),
- * within the cache budget and the VMA budget.  Otherwise guard markers drop
- * them at once, as the kernel's munmap does: by default the cache is sized
- * for the program's malloc, and pages kept for an mmap that may not come
- * raised peak RSS (CPython's and Ruby's arenas).  Pages of a
+ * with VMAPALLOC_LAZY_MAX set: PROT_NONE keeps the pages resident for the
+ * next mmap (an mprotect and a memset, not a fault per page), within the
+ * cache and VMA budgets.  Else they go at once, as the kernel's munmap gives
+ * them back (kept, they raised CPython's and Ruby's peak RSS).  Pages of a
  * moved area (VMAP_TAG_MOVED) are mapped afresh first, which merges them
  * back into the arena's VMA (move.c). */
 int vmap_cut_mapped(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e)
