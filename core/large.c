@@ -82,7 +82,11 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 		if (vmap_opt.populate && *zero)
 			vmap_os_madvise((void *)a, (pages - !(tag & VMAP_TAG_MMAP)) << VMAP_PAGE_SHIFT,
 					MADV_POPULATE_WRITE);
-		vmap_purge_fresh((pages - resident) << VMAP_PAGE_SHIFT);
+		/* The program's mmap, served apart, never takes the cache: its
+		 * fresh pages do not pay for it (CPython's arenas each round
+		 * purged the blocks' cache, 20% more faults than glibc's). */
+		if (!(tag & VMAP_TAG_MMAP))
+			vmap_purge_fresh((pages - resident) << VMAP_PAGE_SHIFT);
 	}
 	return (void *)a;
 }
