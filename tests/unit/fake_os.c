@@ -28,6 +28,8 @@ int __real_vmap_os_map_fresh(void *addr, size_t len);
 int __real_vmap_os_map_hole(void *addr, size_t len);
 int __real_vmap_os_futex_wait_ns(volatile uint32_t *word, uint32_t expected, uint64_t ns);
 int __real_vmap_os_futex_wake(volatile uint32_t *word, int n);
+uint64_t __real_vmap_os_now_ns(void);
+uint64_t __wrap_vmap_os_now_ns(void);
 
 void *__wrap_vmap_os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 int __wrap_vmap_os_munmap(void *addr, size_t len);
@@ -342,4 +344,18 @@ int __wrap_vmap_os_map_hole(void *addr, size_t len)
 	if (err)
 		return -err;
 	return __real_vmap_os_map_hole(addr, len);
+}
+
+/* The clock the core reads: the real one, or a set time (fake_clock_set). */
+static uint64_t fake_now;
+
+void fake_clock_set(uint64_t ns)
+{
+	__atomic_store_n(&fake_now, ns, __ATOMIC_RELAXED);
+}
+
+uint64_t __wrap_vmap_os_now_ns(void)
+{
+	uint64_t ns = __atomic_load_n(&fake_now, __ATOMIC_RELAXED);
+	return ns ? ns : __real_vmap_os_now_ns();
 }
