@@ -915,14 +915,22 @@ Test(purge, the_programs_mappings_take_chunks_apart_from_the_blocks)
 
 /* Without VMAPALLOC_LAZY_MAX, pages the program unmaps go back at once, as
  * the kernel's munmap gives them back: a guarded run, nothing cached. */
-Test(purge, unmapped_pages_go_back_at_once_by_default)
+/* A 256 KiB mapping written and unmapped; *cached: the cache before. */
+static char *unmapped_written(const char *const *env, int64_t *cached)
 {
-	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
 	facade_setup(env);
 	char *m = served(4 * A64K);
 	memset(m, 1, 4 * A64K);
-	int64_t cached = ctr(VMAP_STAT_cached_bytes);
+	*cached = ctr(VMAP_STAT_cached_bytes);
 	cr_assert_eq(vmap_munmap(m, 4 * A64K), 0);
+	return m;
+}
+
+Test(purge, unmapped_pages_go_back_at_once_by_default)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0", NULL};
+	int64_t cached;
+	char *m = unmapped_written(env, &cached);
 	uint64_t t = tag_of(m);
 	cr_assert_eq(vmap_tag_state(t), VMAP_ST_FREE);
 	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_GUARDED);
@@ -940,11 +948,8 @@ Test(purge, unmapped_pages_stay_for_the_next_mmap_with_lazy_max)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_HUGEPAGE=0",
 			     "VMAPALLOC_LAZY_MAX=8M", NULL};
-	facade_setup(env);
-	char *m = served(4 * A64K);
-	memset(m, 1, 4 * A64K);
-	int64_t cached = ctr(VMAP_STAT_cached_bytes);
-	cr_assert_eq(vmap_munmap(m, 4 * A64K), 0);
+	int64_t cached;
+	char *m = unmapped_written(env, &cached);
 	uint64_t t = tag_of(m);
 	cr_assert_eq(vmap_tag_run_state(t), VMAP_RUN_PROTECTED);
 	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), cached + 4 * A64K);

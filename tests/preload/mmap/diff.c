@@ -416,6 +416,27 @@ static __attribute__((noinline)) char probe_one(volatile char *q)
     return probe_sig == SIGBUS ? 'B' : '-';
 }
 
+/* Reads up to n bytes of a child's answer from fd, closes it and reaps the
+ * child: the bytes read, *ok whether the child exited with status 0. */
+static size_t child_answer(int fd, pid_t pid, char *buf, size_t n, int *ok)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    *ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    return got;
+}
+
 /* Fills vecbuf[0..n) with the access class of each page, probed in a child. */
 static int probe_vec(void *base, size_t n)
 {
@@ -451,22 +472,11 @@ static int probe_vec(void *base, size_t n)
         _exit(0);
     }
     close(fds[1]);
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fds[0], vecbuf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fds[0]);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
+    int ok;
+    size_t got = child_answer(fds[0], pid, vecbuf, n, &ok);
     for (size_t i = got; i < n; i++)
         vecbuf[i] = '?';
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    if (!ok)
         return -2;
     return got == n ? 0 : -2;
 }
@@ -500,20 +510,9 @@ static uint64_t csum_vec(void *base, size_t n)
     }
     close(fds[1]);
     uint64_t c;
-    size_t got = 0;
-    while (got < sizeof c) {
-        ssize_t r = read(fds[0], (char *)&c + got, sizeof c - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fds[0]);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return got == sizeof c && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? c : h;
+    int ok;
+    size_t got = child_answer(fds[0], pid, (char *)&c, sizeof c, &ok);
+    return got == sizeof c && ok ? c : h;
 }
 
 static void probe(const char *tag, void *base, size_t n)
