@@ -451,6 +451,47 @@ Test(purge, the_limit_grows_with_the_peak_when_the_big_block_is_freed_each_time)
 		     (long)ctr(VMAP_STAT_purges));
 }
 
+Test(purge, a_raised_limit_keeps_in_use_and_cached_under_the_peak)
+{
+	/* A realloc-heavy run: its heap shrinks from its peak, the limit
+	 * refaulting raised stays, and the blocks it grows next fit none of the
+	 * fragments cached.  Carved fresh, they would add to those: in use and
+	 * cached together stay under the peak in use plus the base instead. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000", NULL};
+	range_setup(env);
+	vmap_lazy_max = vmap_lazy_limit = MiB;
+	enum { N = 8 };
+	void *p[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = alloc_ok(2 * MiB);
+		memset(p[i], i, 2 * MiB);
+	}
+	int64_t peak = ctr(VMAP_STAT_large_bytes_in_use); /* 16 MiB */
+	vmap_lazy_limit = 4 * (uint64_t)peak; /* as refaulting raised it */
+	for (int i = 0; i < N; i += 2)
+		vmap_range_free(p[i], "free"); /* 4 fragments of 2 MiB between live blocks */
+	cr_assert_eq(ctr(VMAP_STAT_purges), 0, "frees back to the peak are no pressure");
+	int64_t frags = ctr(VMAP_STAT_cached_bytes);
+	cr_assert(frags >= 4 * (int64_t)(2 * MiB), "%ld cached", (long)frags);
+	void *q[2];
+	for (int i = 0; i < 2; i++) {
+		q[i] = alloc_ok(3 * MiB); /* fits no fragment: carved fresh */
+		memset(q[i], 0x5a, 3 * MiB);
+	}
+	int64_t total = ctr(VMAP_STAT_large_bytes_in_use) + ctr(VMAP_STAT_cached_bytes);
+	cr_assert(total <= peak + (int64_t)MiB + (int64_t)(256 * KiB),
+		  "%ld in use + %ld cached over the peak %ld plus the base",
+		  (long)ctr(VMAP_STAT_large_bytes_in_use), (long)ctr(VMAP_STAT_cached_bytes),
+		  (long)peak);
+	cr_assert(ctr(VMAP_STAT_cached_bytes) < frags);
+	/* The limit itself stays raised: the loop that raised it still fits. */
+	cr_assert_eq(vmap_lazy_limit, 4 * (uint64_t)peak);
+	for (int i = 0; i < 2; i++)
+		vmap_range_free(q[i], "free");
+	for (int i = 1; i < N; i += 2)
+		vmap_range_free(p[i], "free");
+}
+
 /* An area made a slab and back, as slab.c counts it: its bytes leave the
  * large bytes in use for the slab bytes while it is one. */
 static void as_slab(void *p, int64_t sign)
