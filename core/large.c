@@ -78,7 +78,8 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 		if (resident)
 			vmap_stat_add_cpu(cpu, VMAP_STAT_run_extends, 1);
 		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
-		__atomic_add_fetch(&vmap_fresh_carves, 1, __ATOMIC_RELAXED);
+		if (!(tag & VMAP_TAG_MMAP)) /* (the policy's sign of refaulting) */
+			__atomic_add_fetch(&vmap_fresh_carves, 1, __ATOMIC_RELAXED);
 		if (vmap_opt.populate && *zero)
 			vmap_os_madvise((void *)a, (pages - !(tag & VMAP_TAG_MMAP)) << VMAP_PAGE_SHIFT,
 					MADV_POPULATE_WRITE);

@@ -42,8 +42,10 @@
 #define REFAULT_WINDOW_NS (50 * 1000000ull)
 
 uint64_t vmap_lazy_limit; /* the pressure limit now (see above) */
-/* Areas carved from fresh memory (large.c): exact where the pool_misses
- * counter, per CPU, is read only approximately between folds. */
+/* Blocks carved from fresh memory (large.c): exact where the pool_misses
+ * counter, per CPU, is read only approximately between folds.  Not the
+ * program's mappings, served apart: they cannot have refaulted the blocks'
+ * cache. */
 uint64_t vmap_fresh_carves;
 static uint64_t vmap_pressure_ns; /* when the last pressure purge ran */
 

@@ -392,6 +392,39 @@ Test(purge, a_fresh_mapping_of_the_program_leaves_the_cache_alone)
 	cr_assert_eq(cached_anywhere(), before);
 }
 
+Test(purge, a_fresh_mapping_of_the_program_is_no_refault)
+{
+	/* The limit grows when pressure comes again soon after a purge and
+	 * fresh memory was carved in between: the blocks refault what was
+	 * given back.  A mapping of the program's, served apart, cannot have
+	 * used the blocks' cache, so it is no such sign. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=60000", NULL};
+	range_setup(env);
+	vmap_lazy_max = vmap_lazy_limit = MiB;
+	uint64_t t0 = vmap_os_now_ns();
+	fake_clock_set(t0);
+	enum { LIVE = 4 };
+	void *live[LIVE];
+	for (int i = 0; i < LIVE; i++)
+		live[i] = alloc_ok(MiB);
+	vmap_range_free(alloc_ok(4 * MiB), "free"); /* pressure: purged */
+	cr_assert_eq(ctr(VMAP_STAT_purges), 1);
+	char *m = vmap_mmap(NULL, 3 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			    0);
+	cr_assert(!vmap_os_is_err(m));
+	cr_assert_eq(vmap_tag_shard(tag_of(m)), 1, "served from the mmap shard");
+	fake_clock_set(t0 + 1000000); /* 1 ms later: within the refault window */
+	for (int i = 0; i < LIVE; i++)
+		vmap_range_free(live[i], "free"); /* pressure again */
+	fake_clock_set(0);
+	cr_assert_eq(ctr(VMAP_STAT_lazy_limit_raised), 0, "the mapping raised the limit to %lu",
+		     (unsigned long)vmap_lazy_limit);
+	cr_assert(ctr(VMAP_STAT_purges) >= 2, "%ld purges", (long)ctr(VMAP_STAT_purges));
+	cr_assert(ctr(VMAP_STAT_cached_bytes) <= (int64_t)MiB, "%ld cached over the limit",
+		  (long)ctr(VMAP_STAT_cached_bytes));
+	cr_assert_eq(vmap_munmap(m, 3 * MiB), 0);
+}
+
 Test(purge, a_fresh_block_smaller_than_the_cache_keeps_the_fragments)
 {
 	/* A heap of random sizes: the fragments are what its next requests
