@@ -92,7 +92,7 @@ void vmap_purge_note_big_free(uint64_t bytes)
  * of cache beside what it still used: a realloc-heavy run (blocks grown to
  * 8 MiB and freed) held 72 MiB cached beside 43 MiB in use, with 84 MiB its
  * peak, and its RSS peaked at 110-124 MB where glibc's did at 107; bounded,
- * at 100.6-100.8 MB in as much time (4.2-4.9 s against 3.5-5.2).  A limit
+ * at 96-101 MB in as much time (4.2-4.9 s against 3.5-5.5).  A limit
  * that was not raised (a random mix of sizes, whose fragments the next
  * requests reuse) keeps the floor.
  */
