@@ -80,10 +80,10 @@ unsigned fake_reserve_sizes(size_t *out, unsigned max);
  * unlock), each given the futex word.  In whichever thread makes the call:
  * a hook that takes the core's locks takes them in that thread. */
 void fake_madvise_hook(void (*fn)(void *addr, size_t len, int advice));
+void fake_futex_hooks(void (*before_wait)(volatile uint32_t *word),
+		      void (*after_wake)(volatile uint32_t *word));
 /* The time the core's clock reads from now on (vmap_os_now_ns); 0: the real
  * clock again.  For policies with time windows, on machines of any speed. */
 void fake_clock_set(uint64_t ns);
-void fake_futex_hooks(void (*before_wait)(volatile uint32_t *word),
-		      void (*after_wake)(volatile uint32_t *word));
 
 #endif

@@ -416,9 +416,9 @@ static __attribute__((noinline)) char probe_one(volatile char *q)
     return probe_sig == SIGBUS ? 'B' : '-';
 }
 
-/* Reads up to n bytes of a child's answer from fd, closes it and reaps the
- * child: the bytes read, *ok whether the child exited with status 0. */
-static size_t child_answer(int fd, pid_t pid, char *buf, size_t n, int *ok)
+/* Reads up to n bytes from fd until end of file or an error, and closes it:
+ * the bytes read. */
+static size_t read_all(int fd, char *buf, size_t n)
 {
     size_t got = 0;
     while (got < n) {
@@ -430,6 +430,14 @@ static size_t child_answer(int fd, pid_t pid, char *buf, size_t n, int *ok)
         got += (size_t)r;
     }
     close(fd);
+    return got;
+}
+
+/* Reads up to n bytes of a child's answer from fd (read_all) and reaps the
+ * child: the bytes read, *ok whether the child exited with status 0. */
+static size_t child_answer(int fd, pid_t pid, char *buf, size_t n, int *ok)
+{
+    size_t got = read_all(fd, buf, n);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
@@ -550,18 +558,9 @@ static char procbuf[(size_t)256 << 10];
 static size_t read_proc(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    size_t n = 0;
     if (fd < 0)
         return 0;
-    for (;;) {
-        ssize_t r = read(fd, procbuf + n, sizeof procbuf - 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
+    size_t n = read_all(fd, procbuf, sizeof procbuf - 1);
     procbuf[n] = 0;
     return n;
 }
