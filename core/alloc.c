@@ -418,10 +418,10 @@ static void *realloc_copy(void *p, size_t old, size_t size)
 	return q;
 }
 
-static bool realloc_resize(void *p, size_t size)
+static bool realloc_resize(void *p, size_t size, bool shrink)
 {
 	vmap_depth_enter();
-	bool ok = vmap_range_resize(p, size);
+	bool ok = shrink ? vmap_range_shrink(p, size) : vmap_range_resize(p, size);
 	vmap_depth_leave();
 	return ok;
 }
@@ -476,9 +476,11 @@ void *vmap_realloc(void *p, size_t size)
 			 * the whole area resident.  Re-entered: a copy into an escape
 			 * block (or glibc's), the old block's free deferred. */
 			q = realloc_copy(p, old, size);
-		} else if (size <= old || realloc_resize(p, size)) {
+		} else if (size <= old || realloc_resize(p, size, false)) {
 			if (size > old)
 				count(VMAP_STAT_realloc_in_place);
+			else /* (a tail of 4 pages or more goes back: move.c) */
+				realloc_resize(p, size, true);
 			q = p;
 		} else {
 			bool moved;

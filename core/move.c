@@ -150,6 +150,42 @@ static void retire_hole(struct vmap_shard *s, uintptr_t a, uint64_t pages, bool 
 	vmap_shard_unlock(s);
 }
 
+/*
+ * realloc shrinking a block in place: the pages past the new size go back as
+ * a zero run, purged first (the block still owns them, so no other thread can
+ * have carved them).  Kept, they would be filed as resident when the block is
+ * freed while many were never touched: redis-server sizes a query buffer for
+ * the last large value and trims each stored value to its length, and reusing
+ * such a block faulted its untouched tail in while the free runs that were
+ * resident stayed unused.  Not for areas moved, mapped over or with changed
+ * attributes (their pages are not plain arena memory), nor with guards on.
+ */
+#define SHRINK_MIN_PAGES 4
+
+bool vmap_range_shrink(void *p, size_t size)
+{
+	uint64_t t;
+	struct vmap_pte *e = vmap_live_pte(p, "realloc", &t, NULL);
+	uint64_t pages = vmap_tag_pages(t), keep = ((size + VMAP_PAGE - 1) >> VMAP_PAGE_SHIFT) + 1;
+	if (keep + SHRINK_MIN_PAGES > pages || vmap_guard_on ||
+	    (t & (VMAP_TAG_MOVED | VMAP_TAG_OVER | VMAP_TAG_ATTR)))
+		return false;
+	uint64_t tail = pages - keep;
+	uintptr_t a = (uintptr_t)p + (keep << VMAP_PAGE_SHIFT);
+	if (vmap_os_madvise((void *)a, (size_t)tail << VMAP_PAGE_SHIFT, MADV_DONTNEED))
+		return false;
+	bool big = t & VMAP_TAG_BIG;
+	struct vmap_shard *s = &vmap_shards[vmap_tag_shard(t)];
+	vmap_shard_lock(s);
+	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, s->id, keep, t & VMAP_TAG_BIG),
+			 __ATOMIC_RELEASE);
+	vmap_chunks_give_back_locked(s, vmap_free_insert_locked(s, a, tail, VMAP_RUN_ZERO, big, 0));
+	vmap_shard_unlock(s);
+	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -(int64_t)(tail << VMAP_PAGE_SHIFT));
+	vmap_stat_add_local(VMAP_STAT_realloc_tails_released, 1);
+	return true;
+}
+
 void *vmap_range_move(void *p, size_t size, bool *moved)
 {
 	uint64_t t;

@@ -73,6 +73,9 @@ size_t vmap_range_usable(const void *p, const char *who);
 /* Resizes in place when it can (shrink, or grow into a free neighbour).
  * Returns true on success. */
 bool vmap_range_resize(void *p, size_t size);
+/* A live block p shrunk to size in place: when 4 pages or more are past it,
+ * they go back (purged, a free run).  Returns whether they did. */
+bool vmap_range_shrink(void *p, size_t size);
 /* A new area of at least size bytes for a live block p; when *moved is set,
  * p's pages were moved there (mremap) and p is gone; otherwise the caller
  * copies and frees p.  NULL when no area could be had (p intact). */

@@ -94,8 +94,8 @@ static const struct text_piece lines[] = {
 	{0, "", ", fresh %U (page faults; %U extending a resident run); calloc zeroing skipped %U",
 	 {F(pool_misses), F(run_extends), F(calloc_zero_skipped)}},
 
-	{0, "realloc of large blocks", "in place %U, pages moved %U, copied %U",
-	 {F(realloc_in_place), F(realloc_moved_pages), F(realloc_copied)}},
+	{0, "realloc of large blocks", "in place %U, pages moved %U, copied %U; shrunk %U",
+	 {F(realloc_in_place), F(realloc_moved_pages), F(realloc_copied), F(realloc_tails_released)}},
 
 	{0, "purges", "%U: %B returned in %U", {F(purges), F(purged_bytes), F(purge_syscalls)}},
 	{IS_MADV_FREE, "", " system calls (MADV_FREE), ", {0}},

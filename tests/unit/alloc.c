@@ -11,6 +11,7 @@
 #include <gnu/libc-version.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "alloc.h"
 #include "counter.h"
@@ -285,6 +286,54 @@ Test(alloc, realloc_shrinking_a_little_stays_in_place, .init = setup)
 	unsigned char *q = vmap_realloc(p, 7 * MiB);
 	cr_assert_eq(q, p);
 	vmap_free(q);
+}
+
+/* Pages of [p, p + len) that are resident. */
+static size_t resident_pages(const void *p, size_t len)
+{
+	unsigned char vec[1024];
+	size_t n = len / 4096, r = 0;
+	cr_assert(n <= sizeof vec);
+	cr_assert_eq(mincore((void *)p, len, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		r += vec[i] & 1;
+	return r;
+}
+
+/* Shrinking in place by 4 pages or more hands the tail back: its pages are
+ * no longer resident, the block's usable size and the bytes in use drop, and
+ * the tail serves the next request; by fewer, the block stays as it was. */
+Test(alloc, realloc_shrinking_in_place_returns_the_tail, .init = setup)
+{
+	unsigned char *p = vmap_malloc(512 * KiB);
+	fill(p, 512 * KiB, 6);
+	int64_t in_use = ctr(VMAP_STAT_large_bytes_in_use);
+	unsigned char *q = vmap_realloc(p, 512 * KiB - 3 * 4096);
+	cr_assert_eq(q, p);
+	cr_assert_eq(vmap_usable_size(q), 512 * KiB, "3 pages fewer: kept");
+	cr_assert_eq(ctr(VMAP_STAT_realloc_tails_released), 0);
+	q = vmap_realloc(p, 300 * KiB);
+	cr_assert_eq(q, p, "at least half of it stays used: in place");
+	cr_assert(check(q, 300 * KiB, 6), "the kept part is intact");
+	cr_assert_eq(vmap_usable_size(q), 300 * KiB);
+	cr_assert_eq(ctr(VMAP_STAT_realloc_tails_released), 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), in_use - 212 * KiB);
+	cr_assert_eq(resident_pages(q + 76 * 4096, 53 * 4096), 0, "the tail was purged");
+	unsigned char *r = vmap_malloc(200 * KiB);
+	cr_assert_eq(r, q + 76 * 4096, "the tail, after the guard page, is free space");
+	vmap_free(r);
+	vmap_free(q);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+}
+
+Test(alloc, realloc_shrinking_keeps_the_tail_with_guard_pages)
+{
+	env_setup((const char *const[]){"VMAPALLOC_GUARD=1", NULL});
+	unsigned char *p = vmap_malloc(512 * KiB);
+	cr_assert_eq(vmap_realloc(p, 300 * KiB), p);
+	cr_assert_eq(vmap_usable_size(p), 512 * KiB, "the guard page stays where it was");
+	cr_assert_eq(ctr(VMAP_STAT_realloc_tails_released), 0);
+	vmap_free(p);
 }
 
 Test(alloc, realloc_of_a_glibc_block_into_the_arena, .init = setup)
