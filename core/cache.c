@@ -26,12 +26,11 @@
  * slot while the block is still out, the rest goes back to its shard, where
  * it merges with its free neighbours and serves any size: kept here under
  * its exact page count it waited, while requests of other sizes faulted in
- * fresh memory (bench/large random 1.17-1.27x, faults per operation
- * 3.2 -> 2.4; redis-server's peak under a shrinking data set 0.9 MB lower).
+ * fresh memory (bench/large random: a quarter fewer page faults this way).
  * The split writes the rest's head tag (CACHED) and the merge clears it,
- * without the shard lock: both
- * areas are this thread's, and whoever reads those tags under the lock (a
- * neighbour's free run merging, a resize) sees "not free" either way.
+ * without the shard lock: both areas are this thread's, and whoever reads
+ * those tags under the lock (a neighbour's free run merging, a resize) sees
+ * "not free" either way.
  *
  * Owns: the thread's struct vmap_tcache (mapped, never malloc'd; recycled
  * through a free list when threads exit), the TLS pointer to it, the trim epoch.
