@@ -108,7 +108,8 @@ static inline void *small_malloc(size_t size)
 		}
 	}
 	void *p; /* BACKEND=mimalloc once loaded (backend_mimalloc.c); glibc if it refuses */
-	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi.malloc(vmap_mi_size(size)))) {
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) &&
+	    (p = VMAP_MI_CALL(vmap_mi.malloc(vmap_mi_size(size)), size, 0))) {
 		count(VMAP_STAT_small_mimalloc_allocs);
 		return p;
 	}
@@ -130,7 +131,8 @@ static void *small_memalign(size_t align, size_t size)
 			return p;
 		}
 	}
-	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi.malloc_aligned(size, align))) {
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) &&
+	    (p = VMAP_MI_CALL(vmap_mi.malloc_aligned(size, align), size, align))) {
 		count(VMAP_STAT_small_mimalloc_allocs);
 		return p;
 	}
@@ -141,7 +143,7 @@ static void *small_memalign(size_t align, size_t size)
 }
 
 /* A small block that is neither the arena's nor foreign: mimalloc's if its
- * segment map says so (only once mimalloc is loaded), else glibc's. */
+ * range or segment map says so (only once mimalloc is loaded), else glibc's. */
 static inline void small_free(void *p)
 {
 	if (vmap_mi_owns(p)) {
@@ -358,7 +360,7 @@ void *vmap_calloc(size_t n, size_t size)
 			if (p)
 				memset(p, 0, total);
 		} else if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) &&
-			   (p = vmap_mi.calloc(1, vmap_mi_size(total)))) {
+			   (p = VMAP_MI_CALL(vmap_mi.calloc(1, vmap_mi_size(total)), total, 0))) {
 			count(VMAP_STAT_small_mimalloc_allocs);
 		} else {
 			p = vmap_libc.calloc(n, size);
@@ -461,7 +463,8 @@ void *vmap_realloc(void *p, size_t size)
 		 * copied into the arena. */
 		bool mi = vmap_mi_owns(p);
 		if (!is_large(size)) {
-			q = mi ? vmap_mi.realloc(p, vmap_mi_size(size)) : vmap_libc.realloc(p, size);
+			q = mi ? VMAP_MI_CALL(vmap_mi.realloc(p, vmap_mi_size(size)), size, 0)
+			       : vmap_libc.realloc(p, size);
 		} else {
 			q = realloc_copy(p, mi ? vmap_mi.usable_size(p) : vmap_libc.usable_size(p),
 					 size);

@@ -39,7 +39,7 @@ extern bool vmap_large_free_hooks VMAP_HIDDEN;
 /* BACKEND=libc, or mimalloc once loaded: every request of 1..vmap_direct_limit
  * bytes goes straight to the one allocator vmap_direct_to names, ahead of the
  * general path's tests, and a free that is not the arena's asks it first
- * (mimalloc by its segment map; glibc unless the block is an escape block).
+ * (mimalloc by its range, else its segment map; glibc unless the block is an escape block).
  * 0 / VMAP_DIRECT_NONE = none (auto, builtin, or while the profile is on).
  * vmap_direct_to is written first, and cleared after the limit. */
 extern size_t vmap_direct_limit VMAP_HIDDEN;

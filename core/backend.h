@@ -108,11 +108,21 @@ bool vmap_mimalloc_built(void);
 /* Loads libmimalloc.so.2 and fills vmap_mi; 0, or -1 after printing one line
  * saying why not.  dlopen allocates: never from inside malloc. */
 int vmap_mimalloc_load(void);
-/* Grows the range for mimalloc's segments in place, if it can (once mimalloc
- * has been mapping segments itself, the range being full): a raw mmap and
- * mimalloc's arena set-up, no malloc.  One thread at a time; the others
- * return at once. */
-void vmap_mimalloc_grow(void);
+/* Grows the range for mimalloc's segments in place, or reserves its first
+ * segment, if it can: once mimalloc's blocks fill its last segment, or
+ * (refused) at once.  A raw mmap and mimalloc's arena set-up, no malloc.
+ * One thread at a time; the others return at once.  Whether it grew. */
+bool vmap_mimalloc_grow(bool refused);
+/* mimalloc refused a block of size bytes aligned to align: whether the
+ * range grew for it, so that asking again may succeed. */
+bool vmap_mimalloc_refused(size_t size, size_t align);
+/* A call of mimalloc's for a block of size bytes (call: evaluated again),
+ * asked again once if mimalloc refused and its range grew. */
+#define VMAP_MI_CALL(call, size, align)                                                    \
+	({                                                                                 \
+		void *mi_p_ = (call);                                                      \
+		mi_p_ || !vmap_mimalloc_refused(size, align) ? mi_p_ : (call);             \
+	})
 /* mimalloc's committed memory now and at its peak (its own statistics, read
  * without allocating); 0 and 0 when it is not loaded. */
 void vmap_mimalloc_held(uint64_t *now, uint64_t *peak);
@@ -138,8 +148,9 @@ static inline bool vmap_mi_in_room(const void *p)
 }
 
 /* Whether p is a block of mimalloc's: decided by its address (the range
- * reserved for its segments, else the segment map it keeps for those it
- * mapped itself), whatever the backend in use. */
+ * reserved for its segments, else the segment map it keeps, for an arena it
+ * reserved itself: MIMALLOC_RESERVE_OS_MEMORY), whatever the backend in
+ * use. */
 static inline bool vmap_mi_owns(const void *p)
 {
 	return __builtin_expect(__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE), 0) &&

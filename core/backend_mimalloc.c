@@ -47,13 +47,19 @@
  * over as not committed: mimalloc makes what it uses writable (mprotect,
  * charged then under strict overcommit) and gives it back as it would its
  * own mappings (MADV_DONTNEED); its segments sit side by side, in one
- * mapping.  It starts at one segment (reserved space counts against an
- * RLIMIT_AS that the program may lower later; no range under a finite one)
- * and doubles in place (vmap_mimalloc_grow) when mimalloc's blocks show it
- * filling the last segment, or mapping segments itself, which it does once
- * the range is full: the limit on its own mappings
- * (mi_option_limit_os_alloc) stays off, and its segment map answers for
- * those segments.
+ * mapping.  It starts at one segment, at load (none under a finite
+ * RLIMIT_AS: reserved space counts against it, so the first segment waits
+ * for mimalloc's first block), and doubles in place (vmap_mimalloc_grow)
+ * when mimalloc's blocks show it filling the last segment, or when mimalloc
+ * refuses a block.
+ *
+ * mimalloc never maps a segment itself (mi_option_limit_os_alloc): when the
+ * range is full and cannot grow it refuses, and glibc serves.  A segment it
+ * mapped itself could land anywhere: its segment map covers only the
+ * addresses under 20 TiB, and when its hinted mmap fails (another mapping
+ * there, or a finite RLIMIT_AS that a racing munmap relieves) it maps at
+ * the kernel's choice, far above, where mi_is_in_heap_region says no and
+ * the block would be taken for glibc's.
  *
  * Invariants: vmap_mi's slots are written before vmap_mi_on (release) and
  * never change after; vmap_mi_on never goes back to false.
@@ -97,6 +103,12 @@ size_t vmap_mi_room VMAP_HOT;
 static bool (*mi_manage)(void *, size_t, bool, bool, bool, int);
 static bool range_growing, range_stuck;
 
+static bool as_unlimited(void)
+{
+	uint64_t cur, max;
+	return vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) == 0 && cur == UINT64_MAX;
+}
+
 /* Hands [at, at + len), reserved, to mimalloc as an arena, not committed;
  * the range takes it in first, since mimalloc may place a segment in it as
  * soon as it has it. */
@@ -117,50 +129,59 @@ static bool range_add(uintptr_t at, size_t len)
 	return false;
 }
 
-/* The range's first segment, at load: where mimalloc would have mapped its
- * first segment itself; a program that lowers RLIMIT_AS later finds
- * VmSize as it would under mimalloc alone.  None under a finite RLIMIT_AS:
- * mimalloc maps its segments itself, as it needs them. */
-static void give_range(void)
+/* The range's first segment, at one of MI_RANGE_TRIES places; -errno of
+ * the last refusal. */
+static int first_segment(void)
 {
-	mi_manage = (__typeof__(mi_manage))vmap_elf_symbol(VMAP_MIMALLOC_SONAME,
-							   "mi_manage_os_memory");
-	uint64_t cur, max;
-	if (!mi_manage || vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) != 0 || cur != UINT64_MAX)
-		return;
+	int err = -1;
 	for (unsigned i = 0; i < MI_RANGE_TRIES; i++) {
 		uintptr_t at = MI_RANGE_AT + ((uintptr_t)i << 40);
-		if (vmap_os_reserve_at((void *)at, MI_SEGMENT) == 0) {
-			range_add(at, MI_SEGMENT);
-			return;
-		}
+		if ((err = vmap_os_reserve_at((void *)at, MI_SEGMENT)) == 0)
+			return range_add(at, MI_SEGMENT) ? 0 : -1;
 	}
+	return err;
 }
 
-void vmap_mimalloc_grow(void)
+bool vmap_mimalloc_refused(size_t size, size_t align)
 {
-	if (!vmap_mi_len || __atomic_load_n(&range_stuck, __ATOMIC_RELAXED) ||
+	/* Blocks that fit a segment of the usual size: mimalloc refuses
+	 * larger ones or stranger alignments for other reasons than room. */
+	return size <= MI_SEGMENT / 2 && align <= (64u << 10) && vmap_mimalloc_grow(true);
+}
+
+bool vmap_mimalloc_grow(bool refused)
+{
+	if (!mi_manage || __atomic_load_n(&range_stuck, __ATOMIC_RELAXED) ||
 	    __atomic_exchange_n(&range_growing, true, __ATOMIC_ACQUIRE))
-		return;
+		return false;
 	size_t len = vmap_mi_len;
 	uintptr_t at = vmap_mi_lo + len;
-	/* Only once mimalloc has used the range's last segment, made writable
-	 * then: the blocks that call here may be those of segments it mapped
-	 * before the last growth, with room left in the range. */
+	/* Unless mimalloc refused a block: only once it has used the range's
+	 * last segment, made writable then (the blocks that call here may be
+	 * those of segments placed before the last growth). */
 	char probe;
-	if (vmap_os_read_self(&probe, (void *)(at - MI_SEGMENT), 1) != 1) {
+	bool unlimited = as_unlimited();
+	int err = 0;
+	if (!len) {
+		err = first_segment();
+	} else if (refused || vmap_os_read_self(&probe, (void *)(at - MI_SEGMENT), 1) == 1) {
+		/* Doubling, but a segment at a time under a finite RLIMIT_AS,
+		 * which counts the reserved rest. */
+		size_t step = unlimited ? len : MI_SEGMENT;
+		if (len + step > MI_RANGE_MAX)
+			err = -1;
+		else if ((err = vmap_os_reserve_at((void *)at, step)) == 0 && !range_add(at, step))
+			err = -1;
+	} else {
 		__atomic_store_n(&range_growing, false, __ATOMIC_RELEASE);
-		return;
+		return false;
 	}
-	/* Doubling, but a segment at a time under a finite RLIMIT_AS, which
-	 * counts the reserved rest. */
-	uint64_t cur, max;
-	size_t step = vmap_os_prlimit(9 /* RLIMIT_AS */, &cur, &max) == 0 && cur == UINT64_MAX
-			      ? len : MI_SEGMENT;
-	if (len + step > MI_RANGE_MAX || vmap_os_reserve_at((void *)at, step) != 0 ||
-	    !range_add(at, step))
+	/* For good, but when a finite RLIMIT_AS refused: memory freed later
+	 * may make room. */
+	if (err && (unlimited || err != -12 /* ENOMEM */))
 		__atomic_store_n(&range_stuck, true, __ATOMIC_RELAXED);
 	__atomic_store_n(&range_growing, false, __ATOMIC_RELEASE);
+	return err == 0;
 }
 
 bool vmap_mimalloc_built(void)
@@ -216,7 +237,13 @@ int vmap_mimalloc_load(void)
 		return -1;
 	}
 	option_set(mi_option_destroy_on_exit, 0);
-	give_range();
+	mi_manage = (__typeof__(mi_manage))vmap_elf_symbol(VMAP_MIMALLOC_SONAME,
+							   "mi_manage_os_memory");
+	if (mi_manage) {
+		option_set(mi_option_limit_os_alloc, 1);
+		if (as_unlimited())
+			first_segment(); /* (else at mimalloc's first refusal) */
+	}
 	vmap_mi = m;
 	__atomic_store_n(&vmap_mi_on, true, __ATOMIC_RELEASE);
 	return 0;
@@ -238,8 +265,17 @@ bool vmap_mimalloc_built(void)
 	return false;
 }
 
-void vmap_mimalloc_grow(void)
+bool vmap_mimalloc_grow(bool refused)
 {
+	(void)refused;
+	return false;
+}
+
+bool vmap_mimalloc_refused(size_t size, size_t align)
+{
+	(void)size;
+	(void)align;
+	return false;
 }
 
 int vmap_mimalloc_load(void)

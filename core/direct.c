@@ -49,17 +49,15 @@ static inline bool direct_add(enum vmap_direct_kind k)
 }
 
 /* A mimalloc malloc's turn to tick: its block, one in VMAP_LOCAL_BATCH,
- * says where mimalloc is placing blocks.  From the range's last segment, or
- * from a segment mimalloc mapped itself (the range being full): every 32nd
- * such of a thread's asks for the range to grow (backend_mimalloc.c), so
- * that mimalloc's next segments are the range's, whose frees need no
- * look-up. */
+ * says where mimalloc is placing blocks.  From the range's last segment:
+ * every 32nd such of a thread's asks for the range to grow
+ * (backend_mimalloc.c) before mimalloc runs out of room and refuses. */
 __attribute__((noinline, cold)) static void direct_tick_mi(const void *p)
 {
 	static __thread unsigned n;
 	direct_tick();
-	if (!vmap_mi_in_room(p) && !(++n & 31)) /* no range: grow returns at once */
-		vmap_mimalloc_grow();
+	if (!vmap_mi_in_room(p) && !(++n & 31)) 
+		vmap_mimalloc_grow(false);
 }
 
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
@@ -99,9 +97,9 @@ static inline void direct_free(enum vmap_direct_kind k, void (*fn)(void *), void
 	fn(p);
 }
 
-/* Out of mimalloc's range: mimalloc's block (a segment it mapped itself:
- * never the arena's), asked by its segment map, or an arena or escape block,
- * or a foreign pointer. */
+/* Out of mimalloc's range: mimalloc's block (in an arena it reserved
+ * itself: never the arena's), asked by its segment map, or an arena or
+ * escape block, or a foreign pointer. */
 __attribute__((noinline)) static void direct_free_mi(void *p)
 {
 	if (vmap_mi.owns(p))

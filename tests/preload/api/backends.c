@@ -15,14 +15,16 @@
  * Under mimalloc besides: libmimalloc.so.2 is mapped, small blocks are its
  * (mi_is_in_heap_region), large ones are not, malloc and friends still bind
  * to libvmapalloc.so (also for names looked up now), a block glibc allocated
- * is freed by glibc (counted), the per-backend counters move, and mimalloc's
- * segments come from a range that grows with its use.  Under the
+ * is freed by glibc (counted), the per-backend counters move, mimalloc's
+ * segments come from a range that grows with its use, and once it cannot
+ * grow glibc serves what mimalloc refuses.  Under the
  * others: libmimalloc is not mapped.
  */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "vmtest.h"
@@ -335,6 +337,105 @@ static void check_mi_range(void)
           (unsigned long)(CTR("small_mimalloc_frees") - frees0));
 }
 
+/* Reserves what is free of [at, at + len) (len a power of two, at aligned
+ * to it), PROT_NONE, in aligned halves down to 32 MiB; the pieces go to
+ * out[n...], the new count is returned. */
+static unsigned block_out(uintptr_t at, size_t len, uintptr_t (*out)[2], unsigned n, unsigned max)
+{
+    if (n >= max)
+        return n;
+    void *p = mmap((void *)at, len, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == (void *)at) {
+        out[n][0] = at;
+        out[n][1] = len;
+        return n + 1;
+    }
+    if (p != MAP_FAILED)
+        munmap(p, len); /* an old kernel took it as a hint */
+    if (len <= (32u << 20))
+        return n;
+    n = block_out(at, len / 2, out, n, max);
+    return block_out(at + len / 2, len / 2, out, n, max);
+}
+
+/* The first mapping of /proc/self/maps that starts in [lo, hi): its
+ * bounds, or 0 and 0. */
+static void mapping_in(uintptr_t lo, uintptr_t hi, uintptr_t *start, uintptr_t *end)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    *start = *end = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a >= lo && a < hi) {
+            *start = a;
+            *end = b;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+/* Under mimalloc, with its range full and unable to grow (the address space
+ * after it taken, and with it every place mimalloc's own mmap hints would
+ * try): mimalloc maps no segment of its own, which its segment map might not
+ * know (it covers only addresses under 20 TiB); it refuses, and glibc
+ * serves.  Every block, whoever's, has its usable size, keeps its contents
+ * and is freed by its owner. */
+static void check_mi_stuck(void)
+{
+    enum { PIECES = 256 };
+    static uintptr_t taken[PIECES][2];
+    uintptr_t lo, hi;
+    mapping_in((uintptr_t)16 << 40, (uintptr_t)20 << 40, &lo, &hi);
+    CHECK(hi > lo, "the range for mimalloc's segments is mapped under 20 TiB");
+    uint64_t range = CTR("mimalloc_range_bytes");
+    hi = lo + range;
+    unsigned pieces = 0;
+    for (uintptr_t t = 2; t < 32; t++)
+        pieces = block_out(t << 40, (size_t)1 << 40, taken, pieces, PIECES);
+    size_t n = vmt_small_max() / 2;
+    n = n > 32768 ? 32768 : n;
+    size_t count = (size_t)(range + (64u << 20)) / n;
+    unsigned char **b = mmap(NULL, count * sizeof *b, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(b != MAP_FAILED, "room for %zu pointers", count);
+    if (b == MAP_FAILED)
+        return;
+    uint64_t glibc0 = CTR("small_glibc_allocs");
+    size_t mi_outside = 0, short_usable = 0, glibc_blocks = 0, same_all = 1;
+    for (size_t i = 0; i < count; i++) {
+        b[i] = malloc(vmt_sz(n));
+        CHECK(b[i] != NULL, "malloc(%zu) number %zu", n, i);
+        if (!b[i])
+            break;
+        uintptr_t a = (uintptr_t)b[i];
+        if (is_mi(b[i]))
+            mi_outside += a < lo || a >= hi;
+        else if (!vm.owns(b[i]))
+            glibc_blocks++;
+        short_usable += malloc_usable_size(b[i]) < n;
+        fill(b[i], 64, (unsigned)i);
+    }
+    CHECK(pieces > 0, "the address space from 2 TiB to 32 TiB blocked in %u pieces", pieces);
+    CHECK(CTR("mimalloc_range_bytes") == range, "the range could not grow: %lu -> %lu bytes",
+          (unsigned long)range, (unsigned long)CTR("mimalloc_range_bytes"));
+    CHECK(glibc_blocks > 0 && CTR("small_glibc_allocs") > glibc0,
+          "glibc served what the full range refused: %zu blocks", glibc_blocks);
+    CHECK(mi_outside == 0, "mimalloc's blocks all in its range: %zu outside", mi_outside);
+    CHECK(short_usable == 0, "every block's usable size covers it: %zu short", short_usable);
+    for (size_t i = 0; i < count && b[i]; i++) {
+        same_all &= same(b[i], 64, (unsigned)i);
+        free(b[i]);
+    }
+    CHECK(same_all, "every block kept its contents");
+    munmap(b, count * sizeof *b);
+    for (unsigned i = 0; i < pieces; i++)
+        munmap((void *)taken[i][0], taken[i][1]);
+}
+
 int main(int argc, char **argv)
 {
     vmt_init("api_backends");
@@ -375,8 +476,10 @@ int main(int argc, char **argv)
     check_family();
     check_threads();
     check_fork();
-    if (mi)
+    if (mi) {
         check_mi_range();
+        check_mi_stuck();
+    }
     CHECK(mapped("/libmimalloc.so") == mi, "libmimalloc still mapped only under mimalloc");
     printf("api_backends (%s): %lu checks ok\n", backend, (unsigned long)vmt_checks);
     return vmt_failures ? 1 : 0;
