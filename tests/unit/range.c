@@ -1206,6 +1206,34 @@ Test(range, hot_area_serves_a_smaller_request_at_its_start_and_merges_back)
 	vmap_range_check();
 }
 
+/* A newer free takes the hot slot while the hot area's block is still out:
+ * the rest goes back to the shard, where any request can take it (a window
+ * of random sizes reused it; kept in the thread's cache under its exact page
+ * count, it waited while requests of other sizes faulted fresh memory). */
+Test(range, a_rest_displaced_from_the_hot_area_goes_back_to_the_shard)
+{
+	cache_setup();
+	char *a = alloc_ok(100 * VMAP_PAGE, VMAP_PAGE, NULL); /* 101 pages with the guard */
+	void *b = alloc_ok(20 * VMAP_PAGE, VMAP_PAGE, NULL);
+	void *wall = alloc_ok(4 * VMAP_PAGE, VMAP_PAGE, NULL); /* b cannot grow in place */
+	vmap_range_free(a, "free");
+	void *q = alloc_ok(40 * VMAP_PAGE, VMAP_PAGE, NULL); /* lent: 41 pages, 60 rest */
+	cr_assert_eq(q, (void *)a);
+	int64_t cached = ctr(VMAP_STAT_cached_bytes);
+	vmap_range_free(b, "free"); /* b is hot now */
+	cr_assert_eq(ctr(VMAP_STAT_cached_bytes), cached + (int64_t)(60 * VMAP_PAGE),
+		     "the rest is the shard's");
+	int64_t misses = ctr(VMAP_STAT_pool_misses);
+	void *c = alloc_ok(50 * VMAP_PAGE, VMAP_PAGE, NULL); /* 51 pages: no exact size cached */
+	cr_assert_eq(c, (void *)(a + 41 * VMAP_PAGE), "the rest serves it (%p, the rest at %p)", c,
+		     (void *)(a + 41 * VMAP_PAGE));
+	cr_assert_eq(ctr(VMAP_STAT_pool_misses), misses, "nothing carved fresh");
+	vmap_range_free(c, "free");
+	vmap_range_free(q, "free");
+	vmap_range_free(wall, "free");
+	vmap_range_check();
+}
+
 /* bench xthread at 1 thread: malloc of a random size, free, again.  The same
  * address serves every size up to the largest freed (glibc's top chunk does
  * the same), instead of cycling through areas of every size. */
