@@ -134,7 +134,7 @@ static bool range_add(uintptr_t at, size_t len)
 static int first_segment(void)
 {
 	int err = -1;
-	for (unsigned i = 0; i < MI_RANGE_TRIES; i++) {
+	for (unsigned i = 0; i < MI_RANGE_TRIES && err != -12 /* ENOMEM: anywhere */; i++) {
 		uintptr_t at = MI_RANGE_AT + ((uintptr_t)i << 40);
 		if ((err = vmap_os_reserve_at((void *)at, MI_SEGMENT)) == 0)
 			return range_add(at, MI_SEGMENT) ? 0 : -1;
@@ -149,8 +149,19 @@ bool vmap_mimalloc_refused(size_t size, size_t align)
 	return size <= MI_SEGMENT / 2 && align <= (64u << 10) && vmap_mimalloc_grow(true);
 }
 
+/* Refusals to let pass before trying again after a finite RLIMIT_AS
+ * refused the range room: at most one system call per REFUSED_BACKOFF of
+ * them while the address space is full (glibc serves meanwhile). */
+#define REFUSED_BACKOFF 64
+static unsigned refused_skip;
+
 bool vmap_mimalloc_grow(bool refused)
 {
+	unsigned skip = __atomic_load_n(&refused_skip, __ATOMIC_RELAXED);
+	if (refused && skip) {
+		__atomic_store_n(&refused_skip, skip - 1, __ATOMIC_RELAXED);
+		return false;
+	}
 	if (!mi_manage || __atomic_load_n(&range_stuck, __ATOMIC_RELAXED) ||
 	    __atomic_exchange_n(&range_growing, true, __ATOMIC_ACQUIRE))
 		return false;
@@ -180,6 +191,8 @@ bool vmap_mimalloc_grow(bool refused)
 	 * may make room. */
 	if (err && (unlimited || err != -12 /* ENOMEM */))
 		__atomic_store_n(&range_stuck, true, __ATOMIC_RELAXED);
+	else if (err)
+		__atomic_store_n(&refused_skip, REFUSED_BACKOFF - 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&range_growing, false, __ATOMIC_RELEASE);
 	return err == 0;
 }
