@@ -171,11 +171,15 @@ bool vmap_mimalloc_grow(bool refused)
 	 * last segment, made writable then (the blocks that call here may be
 	 * those of segments placed before the last growth). */
 	char probe;
+	if (len && !refused && vmap_os_read_self(&probe, (void *)(at - MI_SEGMENT), 1) != 1) {
+		__atomic_store_n(&range_growing, false, __ATOMIC_RELEASE);
+		return false;
+	}
 	bool unlimited = as_unlimited();
 	int err = 0;
 	if (!len) {
 		err = first_segment();
-	} else if (refused || vmap_os_read_self(&probe, (void *)(at - MI_SEGMENT), 1) == 1) {
+	} else {
 		/* Doubling, but a segment at a time under a finite RLIMIT_AS,
 		 * which counts the reserved rest. */
 		size_t step = unlimited ? len : MI_SEGMENT;
@@ -183,9 +187,6 @@ bool vmap_mimalloc_grow(bool refused)
 			err = -1;
 		else if ((err = vmap_os_reserve_at((void *)at, step)) == 0 && !range_add(at, step))
 			err = -1;
-	} else {
-		__atomic_store_n(&range_growing, false, __ATOMIC_RELEASE);
-		return false;
 	}
 	/* For good, but when a finite RLIMIT_AS refused: memory freed later
 	 * may make room. */

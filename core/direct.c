@@ -56,7 +56,7 @@ __attribute__((noinline, cold)) static void direct_tick_mi(const void *p)
 {
 	static __thread unsigned n;
 	direct_tick();
-	if (!vmap_mi_in_room(p) && !(++n & 31)) 
+	if (!vmap_mi_in_room(p) && !(++n & 31))
 		vmap_mimalloc_grow(false);
 }
 
