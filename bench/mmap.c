@@ -45,6 +45,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "libinfo.h"
+
 #define PAGE ((size_t)4096)
 #define KIB  ((size_t)1024)
 
@@ -147,32 +149,6 @@ static void read_counters(counter_get_fn fn, uint64_t *v, int *have)
 		have[i] = fn && fn(counter_names[i], &v[i]) == 0;
 }
 
-/* The object that the program's mmap resolved to. */
-static const char *mmap_lib(void)
-{
-	Dl_info info;
-	void *sym = dlsym(RTLD_DEFAULT, "mmap");
-	if (!sym || !dladdr(sym, &info) || !info.dli_fname || !*info.dli_fname)
-		return "?";
-	const char *s = strrchr(info.dli_fname, '/');
-	return s ? s + 1 : info.dli_fname;
-}
-
-/* VmHWM: peak RSS of this process (ru_maxrss carries over from the parent). */
-static long vm_hwm_kib(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long v = -1;
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "VmHWM: %ld kB", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
 static void usage(int code)
 {
 	fprintf(code ? stderr : stdout,
@@ -270,7 +246,7 @@ int main(int argc, char **argv)
 	printf("threads=%d ops=%llu seconds=%.3f ops_per_s=%.0f mib_per_s=%.0f hwm_kib=%ld minflt=%ld "
 	       "minflt_total=%ld%s mmap_lib=%s verify=ok\n",
 	       cfg.threads, ops, secs, (double)ops / secs, (double)bytes / secs / (1024.0 * 1024.0),
-	       vm_hwm_kib(), ru1.ru_minflt - ru0.ru_minflt, ru1.ru_minflt, cbuf, mmap_lib());
+	       vm_hwm_kib(), ru1.ru_minflt - ru0.ru_minflt, ru1.ru_minflt, cbuf, lib_of("mmap"));
 	free(ws);
 	return 0;
 }
