@@ -105,15 +105,21 @@ __attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
  * class's current slab is empty): the caller takes its general path, which
  * decides again from the start.
  */
-__attribute__((always_inline)) static inline void *vmap_fast_pop(size_t size, uint64_t *count)
+__attribute__((always_inline)) static inline void *vmap_fast_pop(size_t size, size_t align,
+								 uint64_t *count)
 {
 	struct vmap_heap *h = vmap_tls.heap;
+	if (align > 16 && size < align)
+		size = align;
 	if (__builtin_expect(!h || size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
 				     vmap_reentered_or_parked(),
 			     0))
 		return NULL;
+	unsigned c = vmap_slab_class_fast(size);
+	if (align > 16 && (c = vmap_slab_align_tab[__builtin_ctzll(align) - 5][c]) >= NCLASSES)
+		return NULL;
 	vmap_depth_enter();
-	struct vmap_slab *d = h->cur[vmap_slab_class_fast(size)];
+	struct vmap_slab *d = h->cur[c];
 	void **o = (void **)d->free;
 	if (__builtin_expect(o != NULL, 1))
 		vmap_slab_pop(d, o);
@@ -132,7 +138,7 @@ __attribute__((always_inline)) static inline void *vmap_fast_calloc(size_t n, si
 	size_t total;
 	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(!__builtin_mul_overflow(n, size, &total) && h, 1)) {
-		void *p = vmap_fast_pop(total, &h->fast_callocs);
+		void *p = vmap_fast_pop(total, 0, &h->fast_callocs);
 		if (__builtin_expect(p != NULL, 1))
 			return __builtin_memset(p, 0, total);
 	}
@@ -140,11 +146,44 @@ __attribute__((always_inline)) static inline void *vmap_fast_calloc(size_t n, si
 }
 
 /* An object for an aligned call whose alignment the caller has checked to
- * be 16 or less (every slab object's), counted as such; NULL: not here. */
-__attribute__((always_inline)) static inline void *vmap_fast_aligned(size_t size)
+ * be a power of two below 4 KiB (up to 16: every slab object's; larger: a
+ * class whose objects all have it, vmap_slab_align_tab), counted as such;
+ * NULL: not here. */
+__attribute__((always_inline)) static inline void *vmap_fast_aligned(size_t size, size_t align)
 {
 	struct vmap_heap *h = vmap_tls.heap;
-	return __builtin_expect(h != NULL, 1) ? vmap_fast_pop(size, &h->fast_memaligns) : NULL;
+	return __builtin_expect(h != NULL, 1) ? vmap_fast_pop(size, align, &h->fast_memaligns) : NULL;
+}
+
+/*
+ * realloc's fast path: p an object of one of this thread's slabs that size
+ * still fits, and at least half fills (what the general path keeps in place
+ * too), with the general path's checks (an object's start, not freed).
+ * Anything else, and every misuse, takes vmap_realloc, which decides again
+ * from the start.  A string or buffer grown a few bytes at a time stays in
+ * its object for most calls: those need no entry, no lock and no copy.
+ */
+__attribute__((always_inline)) static inline void *vmap_fast_realloc(void *p, size_t size)
+{
+	uintptr_t a = (uintptr_t)p, off = a - vmap_slab0.base;
+	struct vmap_heap *h = vmap_tls.heap;
+	if (__builtin_expect(off >= __atomic_load_n(&vmap_slab0.size, __ATOMIC_ACQUIRE) || !h ||
+				     size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED),
+			     0))
+		return vmap_realloc(p, size); /* NULL, size 0, large, glibc's, profiling */
+	struct vmap_slab *d = __atomic_load_n(&vmap_slab0.tab[off >> VMAP_SLAB_UNIT_SHIFT].head,
+					      __ATOMIC_RELAXED);
+	if (__builtin_expect(!d || __atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h ||
+				     size > d->size || size < d->size / 2 ||
+				     vmap_slab_index(d, p) >= __atomic_load_n(&d->bump, __ATOMIC_RELAXED) ||
+				     (uintptr_t)((void **)p)[1] == (vmap_slab_key ^ a),
+			     0))
+		return vmap_realloc(p, size);
+	uint64_t n = h->fast_reallocs + 1;
+	__atomic_store_n(&h->fast_reallocs, n, __ATOMIC_RELAXED);
+	if (__builtin_expect(!(n & 127), 0))
+		vmap_fold_and_tick();
+	return p;
 }
 
 __attribute__((always_inline)) static inline void vmap_fast_free(void *p)

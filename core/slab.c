@@ -120,6 +120,7 @@ static size_t slab_bytes(unsigned c)
 }
 
 uint8_t vmap_slab_class_tab[VMAP_SLAB_CLASS_SLOTS];
+uint8_t vmap_slab_align_tab[VMAP_SLAB_ALIGNS][NCLASSES];
 
 void vmap_slab_init(void)
 {
@@ -138,6 +139,12 @@ void vmap_slab_init(void)
 	 * the largest. */
 	for (size_t i = 1; i < VMAP_SLAB_CLASS_SLOTS; i++)
 		vmap_slab_class_tab[i] = (uint8_t)vmap_slab_class(i * 16);
+	for (unsigned k = 0; k < VMAP_SLAB_ALIGNS; k++)
+		for (unsigned c = NCLASSES, from = NCLASSES; from-- > 0;) {
+			if (!(vmap_slab_class_size(from) % (32u << k)))
+				c = from;
+			vmap_slab_align_tab[k][from] = (uint8_t)c;
+		}
 	/* The kernel's 16 random bytes have no alignment (they sit among the
 	 * strings at the top of the stack): copied, not loaded as words. */
 	const void *rnd = (const void *)getauxval(AT_RANDOM);

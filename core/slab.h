@@ -83,6 +83,7 @@ struct vmap_heap {
 	uint64_t fast_mallocs, fast_frees;
 	int32_t mallocs_left, frees_left;
 	uint64_t fast_callocs, fast_memaligns; /* calloc's and the aligned calls' (not in fast_mallocs) */
+	uint64_t fast_reallocs; /* reallocs kept in place by realloc's fast path */
 	struct vmap_heap *all_next; /* every heap ever made (vmap_slab_fast_counts) */
 	struct vmap_slab *cur[NCLASSES];     /* never NULL: &vmap_slab_none when there is none */
 	struct vmap_slab *partial[NCLASSES]; /* doubly linked through next/prev */
@@ -121,11 +122,19 @@ static inline unsigned vmap_slab_class_fast(size_t size)
 	return vmap_slab_class_tab[(size + 15) >> 4];
 }
 
+/* The aligned calls' classes: for alignment 32 << k (k < VMAP_SLAB_ALIGNS,
+ * up to 2 KiB: from a page on, alignments go to the range allocator) and class c, the first class from c on whose size is a
+ * multiple of the alignment (so are its objects' addresses: slabs start
+ * 64 KiB-aligned), or NCLASSES when none is.  What vmap_slab_memalign
+ * searches for, looked up. */
+#define VMAP_SLAB_ALIGNS 7
+extern uint8_t vmap_slab_align_tab[VMAP_SLAB_ALIGNS][NCLASSES] VMAP_HIDDEN;
+
 /* Every heap's fast-path counts (approximate for other running threads):
  * allocations of every kind and frees; of the allocations, calloc's and the
  * aligned calls'. */
 void vmap_slab_fast_counts(uint64_t *allocs, uint64_t *frees);
-void vmap_slab_fast_kinds(uint64_t *callocs, uint64_t *memaligns);
+void vmap_slab_fast_kinds(uint64_t *callocs, uint64_t *memaligns, uint64_t *reallocs);
 /* Bytes of the slabs' objects in use, and the rest of the slabs (mallinfo). */
 void vmap_slab_usage(uint64_t *in_use, uint64_t *rest);
 

@@ -76,15 +76,17 @@ void vmap_slab_fast_counts(uint64_t *allocs, uint64_t *frees)
 	*frees = f;
 }
 
-void vmap_slab_fast_kinds(uint64_t *callocs, uint64_t *memaligns)
+void vmap_slab_fast_kinds(uint64_t *callocs, uint64_t *memaligns, uint64_t *reallocs)
 {
-	uint64_t c = 0, a = 0;
+	uint64_t c = 0, a = 0, r = 0;
 	for (struct vmap_heap *h = __atomic_load_n(&heap_all, __ATOMIC_ACQUIRE); h; h = h->all_next) {
 		c += __atomic_load_n(&h->fast_callocs, __ATOMIC_RELAXED);
 		a += __atomic_load_n(&h->fast_memaligns, __ATOMIC_RELAXED);
+		r += __atomic_load_n(&h->fast_reallocs, __ATOMIC_RELAXED);
 	}
 	*callocs = c;
 	*memaligns = a;
+	*reallocs = r;
 }
 
 /* mallinfo's view of the slabs: bytes of objects in use (frees waiting on a

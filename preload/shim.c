@@ -26,12 +26,12 @@
 EXPORT void *malloc(size_t size) { return vmap_fast_malloc(size); }
 EXPORT void free(void *p) { vmap_fast_free(p); }
 EXPORT void *calloc(size_t n, size_t size) { return vmap_fast_calloc(n, size); }
-EXPORT void *realloc(void *p, size_t size) { return vmap_realloc(p, size); }
+EXPORT void *realloc(void *p, size_t size) { return vmap_fast_realloc(p, size); }
 EXPORT void *reallocarray(void *p, size_t n, size_t size) { return vmap_reallocarray(p, n, size); }
 EXPORT int posix_memalign(void **out, size_t align, size_t size)
 {
-	void *p; /* 8 and 16: the powers of two and multiples of sizeof(void *) up to 16 */
-	if ((align == 8 || align == 16) && (p = vmap_fast_aligned(size))) {
+	void *p; /* the powers of two from 8 (sizeof(void *)) to 2 KiB */
+	if (align >= 8 && align < 4096 && !(align & (align - 1)) && (p = vmap_fast_aligned(size, align))) {
 		*out = p;
 		return 0;
 	}
@@ -40,14 +40,15 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
 EXPORT void *aligned_alloc(size_t align, size_t size)
 {
 	void *p;
-	if (align && align <= 16 && !(align & (align - 1)) && (p = vmap_fast_aligned(size)))
+	if (align && align < 4096 && !(align & (align - 1)) && (p = vmap_fast_aligned(size, align)))
 		return p;
 	return vmap_aligned_alloc(align, size);
 }
 EXPORT void *memalign(size_t align, size_t size)
 {
 	void *p; /* any alignment up to 16: glibc rounds it up to a power of two */
-	if (align <= 16 && (p = vmap_fast_aligned(size)))
+	if ((align <= 16 || (align < 4096 && !(align & (align - 1)))) &&
+	    (p = vmap_fast_aligned(size, align)))
 		return p;
 	return vmap_memalign(align, size);
 }

@@ -855,6 +855,42 @@ static void test_counters(void)
     CHECK(p && CTR("memalign_calls") == a0 + 1, "memalign_calls after aligned_alloc");
     free(p);
 
+    /* realloc's fast path (a small block kept in its object) and the aligned
+     * calls' (alignments below a page from a class that has them) count too */
+    p = malloc(100);
+    r0 = CTR("realloc_calls");
+    void *q = realloc(p, 104);
+    CHECK(q && CTR("realloc_calls") == r0 + 1, "realloc_calls after a realloc in place");
+    free(q);
+    for (size_t al = 32; al < 4096; al *= 2) {
+        void *m[3] = {NULL, NULL, NULL};
+        a0 = CTR("memalign_calls");
+        m[0] = memalign(al, 24);
+        CHECK(posix_memalign(&m[1], al, 40) == 0, "posix_memalign(%zu, 40)", al);
+        m[2] = aligned_alloc(al, al);
+        CHECK(CTR("memalign_calls") == a0 + 3, "memalign_calls after three aligned calls of %zu", al);
+        for (int i = 0; i < 3; i++) {
+            CHECK(m[i] && is_aligned(m[i], al), "aligned call %d of %zu: %p", i, al, m[i]);
+            memset(m[i], 7, 24);
+            free(m[i]);
+        }
+    }
+    /* a string grown a byte at a time keeps its bytes, whether the block
+     * stays or moves (a moved one gets a quarter more room) */
+    char *str = NULL;
+    for (size_t len = 1; len <= 5000; len++) {
+        char *t = realloc(str, len + 1);
+        CHECK(t, "realloc(%zu)", len + 1);
+        str = t;
+        str[len - 1] = (char)('a' + len % 26);
+        str[len] = 0;
+        if (len % 97 == 0)
+            for (size_t i = 1; i <= len; i++)
+                CHECK(str[i - 1] == (char)('a' + i % 26), "grown string: byte %zu of %zu", i, len);
+    }
+    CHECK(malloc_usable_size(str) >= 5001, "grown string: usable size %zu", malloc_usable_size(str));
+    free(str);
+
     /* the small/large boundary */
     size_t large = vmt_large_above();
     void *s = malloc(large), *l = malloc(large + 1);
