@@ -75,7 +75,6 @@ static inline void count(enum vmap_stat s)
 		vmap_fold_and_tick();
 }
 
-
 /* ---- small backend ------------------------------------------------------ */
 
 static void *small_refused(size_t size);
@@ -131,16 +130,9 @@ static void *small_memalign(size_t align, size_t size)
 			return p;
 		}
 	}
-	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) &&
-	    (p = VMAP_MI_CALL(vmap_mi.malloc_aligned(size, align), size, align))) {
-		if (!((uintptr_t)p & (align - 1))) {
-			count(VMAP_STAT_small_mimalloc_allocs);
-			return p;
-		}
-		/* mimalloc 2.0.9 returns some blocks misaligned for alignments
-		 * of 256 to 1024 (aligned_alloc(256, 256)): given back, and
-		 * glibc's memalign serves the call. */
-		vmap_mi.free(p);
+	if (__atomic_load_n(&vmap_mi_on, __ATOMIC_ACQUIRE) && (p = vmap_mi_memalign(size, align))) {
+		count(VMAP_STAT_small_mimalloc_allocs);
+		return p;
 	}
 	p = vmap_libc.memalign(align, size);
 	if (p)
@@ -408,16 +400,14 @@ static size_t usable(void *p)
 	return vmap_libc.usable_size(p);
 }
 
-/* Moves a block to a new allocation of size bytes by copying. */
+/* Moves a block to a new allocation of size bytes by copying.  A small block
+ * that grows takes a quarter more room (if that stays small): a string grown
+ * a few bytes at a time then moves once per quarter of growth, not at every
+ * size class (realloc chains of 8 bytes to 4 KiB: 40% fewer bytes copied). */
 static void *realloc_copy(void *p, size_t old, size_t size)
 {
 	void *q;
 	if (!is_large(size)) {
-		/* A small block that grows out of its object takes a quarter
-		 * more room than asked, when that stays small: a string or
-		 * buffer grown a few bytes at a time then moves once per
-		 * quarter of growth and not at every size class (realloc
-		 * chains of 8 bytes to 4 KiB: 40% fewer bytes copied). */
 		size_t roomy = old + old / 4;
 		q = small_malloc(size > old && roomy > size && !is_large(roomy) ? roomy : size);
 	} else {

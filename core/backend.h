@@ -123,6 +123,18 @@ bool vmap_mimalloc_refused(size_t size, size_t align);
 		void *mi_p_ = (call);                                                      \
 		mi_p_ || !vmap_mimalloc_refused(size, align) ? mi_p_ : (call);             \
 	})
+/* mimalloc's block of size bytes aligned to align, or NULL.  mimalloc 2.0.9
+ * returns some blocks misaligned for alignments of 256 to 1024
+ * (aligned_alloc(256, 256)): those go back, and NULL lets glibc serve. */
+static inline void *vmap_mi_memalign(size_t size, size_t align)
+{
+	void *p = VMAP_MI_CALL(vmap_mi.malloc_aligned(size, align), size, align);
+	if (p && ((uintptr_t)p & (align - 1))) {
+		vmap_mi.free(p);
+		p = NULL;
+	}
+	return p;
+}
 /* mimalloc's committed memory now and at its peak (its own statistics, read
  * without allocating); 0 and 0 when it is not loaded. */
 void vmap_mimalloc_held(uint64_t *now, uint64_t *peak);
