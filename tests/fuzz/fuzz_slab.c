@@ -338,8 +338,18 @@ static enum kind expected_kind(size_t size, size_t align)
 
 /* Records a new block into o (checked, pattern written); may_be_other: glibc's
  * or an escape block is allowed too (re-entered, or realloc of glibc's). */
-static void take(struct obj *o, void *p, size_t size, size_t align, bool may_be_other,
-		 bool in_place, const char *when)
+/* What realloc asks for when it moves a block: a small one that grows takes a
+ * quarter more room than asked, if that stays small (alloc.c realloc_copy). */
+static size_t realloc_served(size_t old_usable, size_t size)
+{
+	size_t roomy = old_usable + old_usable / 4;
+	return size > old_usable && roomy > size && roomy <= vmap_opt.small_max ? roomy : size;
+}
+
+/* served: the size the allocator was asked for (realloc_served for a moved
+ * realloc), which decides the block's kind and class. */
+static void take(struct obj *o, void *p, size_t size, size_t served, size_t align,
+		 bool may_be_other, bool in_place, const char *when)
 {
 	o->p = p;
 	o->size = size;
@@ -348,16 +358,16 @@ static void take(struct obj *o, void *p, size_t size, size_t align, bool may_be_
 	o->usable = vmap_usable_size(p);
 	enum kind k = kind_of(p);
 	o->kind = (uint8_t)k;
-	enum kind want = expected_kind(size, align);
+	enum kind want = expected_kind(served, align);
 	if (!in_place && k != want && !(k == K_OTHER && may_be_other))
 		FAIL("%s(%zu, align %zu) = %p: kind %d (1 slab, 2 large, 3 glibc), expected %d",
 		     when, size, align, p, k, want);
 	/* (realloc keeps an object in place while the request fits in its
 	 * class and uses at least half of it: its class is then an older one) */
 	if (k == K_SLAB && align <= 16 && !in_place &&
-	    o->usable != vmap_slab_class_size(vmap_slab_class_of(size)))
-		FAIL("%s(%zu) = %p: usable %zu, its class's size is %zu", when, size, p, o->usable,
-		     vmap_slab_class_size(vmap_slab_class_of(size)));
+	    o->usable != vmap_slab_class_size(vmap_slab_class_of(served)))
+		FAIL("%s(%zu) = %p: usable %zu, its class's size is %zu", when, served, p, o->usable,
+		     vmap_slab_class_size(vmap_slab_class_of(served)));
 	if (k == K_SLAB && o->usable % align)
 		FAIL("%s(%zu, align %zu) = %p: class size %zu not a multiple of the alignment", when,
 		     size, align, p, o->usable);
@@ -652,7 +662,7 @@ static void op_malloc(const struct op *o)
 	void *p = vmap_malloc(size);
 	if (!p)
 		FAIL("malloc(%zu) = NULL", size);
-	take(s, p, size, 16, false, false, "malloc");
+	take(s, p, size, size, 16, false, false, "malloc");
 	fill(s);
 }
 
@@ -667,7 +677,7 @@ static void op_calloc(const struct op *o)
 	unsigned char *p = vmap_calloc(n, each);
 	if (!p)
 		FAIL("calloc(%zu, %zu) = NULL", n, each);
-	take(s, p, n * each, 16, false, false, "calloc");
+	take(s, p, n * each, n * each, 16, false, false, "calloc");
 	for (size_t i = 0; i < n * each; i++)
 		if (p[i])
 			FAIL("calloc(%zu, %zu) = %p: byte %zu is %#x", n, each, (void *)p, i, p[i]);
@@ -690,7 +700,7 @@ static void op_memalign(const struct op *o)
 	size_t eff = align < 16 ? 16 : align;
 	if (eff & (eff - 1))
 		eff = (size_t)1 << (64 - __builtin_clzll(eff)); /* glibc rounds up */
-	take(s, p, size, eff, false, false, "memalign");
+	take(s, p, size, size, eff, false, false, "memalign");
 	fill(s);
 }
 
@@ -711,7 +721,7 @@ static void op_realloc(const struct op *o)
 		void *p = vmap_realloc(NULL, size);
 		if (!p)
 			FAIL("realloc(NULL, %zu) = NULL", size);
-		take(s, p, size, 16, false, false, "realloc(NULL)");
+		take(s, p, size, size, 16, false, false, "realloc(NULL)");
 		fill(s);
 		return;
 	}
@@ -727,7 +737,8 @@ static void op_realloc(const struct op *o)
 	if (!q)
 		FAIL("realloc(%p, %zu) = NULL", (void *)old.p, size);
 	drop(s);
-	take(s, q, size, 16, old.kind == K_OTHER, q == old.p, "realloc");
+	take(s, q, size, realloc_served(old.usable, size), 16, old.kind == K_OTHER, q == old.p,
+	     "realloc");
 	if (old.kind == K_SLAB && q == old.p && s->usable != old.usable)
 		FAIL("realloc(%p, %zu) in place: usable %zu -> %zu", q, size, old.usable, s->usable);
 	if (old.kind == K_SLAB && s->kind == K_SLAB && size <= old.usable &&
@@ -811,7 +822,7 @@ static void op_galloc(const struct op *o)
 		void *p = vmap_malloc(size);
 		if (!p)
 			FAIL("malloc(%zu) = NULL (group)", size);
-		take(&g->o[j], p, size, 16, false, false, "malloc (group)");
+		take(&g->o[j], p, size, size, 16, false, false, "malloc (group)");
 		fill(&g->o[j]);
 		g->n = (unsigned)j + 1;
 	}
@@ -843,7 +854,7 @@ static void op_reenter(const struct op *o)
 		vmap_depth_leave();
 		if (!p)
 			FAIL("reentered malloc(%zu) = NULL", size);
-		take(s, p, size, 16, true, false, "reentered malloc");
+		take(s, p, size, size, 16, true, false, "reentered malloc");
 		if (s->kind != K_OTHER)
 			FAIL("reentered malloc(%zu) = %p from the slabs or the arena", size, p);
 		fill(s);
@@ -869,7 +880,8 @@ static void op_reenter(const struct op *o)
 		if (!q)
 			FAIL("reentered realloc(%p, %zu) = NULL", (void *)old.p, size);
 		drop(s);
-		take(s, q, size, 16, true, q == old.p, "reentered realloc");
+		take(s, q, size, realloc_served(old.usable, size), 16, true, q == old.p,
+	     "reentered realloc");
 		struct obj kept = old; /* the old pattern's positions, at the new address */
 		kept.p = s->p;
 		verify_n(&kept, old.usable < size ? old.usable : size, "reentered realloc");
