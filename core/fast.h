@@ -168,9 +168,10 @@ __attribute__((always_inline)) static inline void *vmap_fast_realloc(void *p, si
 	uintptr_t a = (uintptr_t)p, off = a - vmap_slab0.base;
 	struct vmap_heap *h = vmap_tls.heap;
 	if (__builtin_expect(off >= __atomic_load_n(&vmap_slab0.size, __ATOMIC_ACQUIRE) || !h ||
-				     size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED),
+				     size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
+				     vmap_reentered_or_parked(),
 			     0))
-		return vmap_realloc(p, size); /* NULL, size 0, large, glibc's, profiling */
+		return vmap_realloc(p, size); /* NULL, size 0, large, glibc's, profiling, a handler */
 	struct vmap_slab *d = __atomic_load_n(&vmap_slab0.tab[off >> VMAP_SLAB_UNIT_SHIFT].head,
 					      __ATOMIC_RELAXED);
 	if (__builtin_expect(!d || __atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h ||
