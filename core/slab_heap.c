@@ -204,10 +204,12 @@ void *vmap_slab_memalign(size_t align, size_t size)
 	if (__builtin_expect(!h, 0) && !(h = vmap_slab_heap_first()))
 		return NULL;
 	/* Slabs start 64 KiB-aligned, objects at multiples of their size: a
-	 * class whose size is a multiple of align gives aligned objects. */
+	 * class whose size is a multiple of align gives aligned objects (every
+	 * class for 16 and less; vmap_slab_align_tab for the rest, below a
+	 * page: the caller's). */
 	unsigned c = vmap_slab_class(size > align ? size : align);
-	while (c < NCLASSES && vmap_slab_class_size(c) % align)
-		c++;
+	if (align > 16)
+		c = vmap_slab_align_tab[__builtin_ctzll(align) - 5][c];
 	return c < NCLASSES ? vmap_slab_take(h, c) : NULL;
 }
 

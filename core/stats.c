@@ -70,20 +70,17 @@ const char *vmap_stat_name(unsigned i)
 static int64_t fast_part(unsigned i)
 {
 	bool alloc = i == VMAP_STAT_small_allocs || i == VMAP_STAT_small_slab_allocs;
-	if (i == VMAP_STAT_realloc_calls) {
-		uint64_t c, a, r;
-		vmap_slab_fast_kinds(&c, &a, &r);
-		return (int64_t)r;
-	}
 	bool kind = i == VMAP_STAT_malloc_calls || i == VMAP_STAT_calloc_calls ||
-		    i == VMAP_STAT_memalign_calls;
+		    i == VMAP_STAT_memalign_calls || i == VMAP_STAT_realloc_calls;
 	if (!alloc && !kind && i != VMAP_STAT_free_calls && i != VMAP_STAT_small_frees &&
 	    i != VMAP_STAT_small_slab_frees)
 		return 0;
-	uint64_t m, f, c = 0, a = 0, r;
-	vmap_slab_fast_counts(&m, &f);
+	uint64_t m, f, c = 0, a = 0, r = 0;
 	if (kind)
 		vmap_slab_fast_kinds(&c, &a, &r);
+	if (i == VMAP_STAT_realloc_calls)
+		return (int64_t)r;
+	vmap_slab_fast_counts(&m, &f);
 	if (i == VMAP_STAT_calloc_calls)
 		return (int64_t)c;
 	if (i == VMAP_STAT_memalign_calls)
