@@ -179,6 +179,8 @@ static struct vmap_slab *region_slabs(struct vmap_region *r)
 	struct vmap_slab *t = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
 	if (t)
 		return t;
+	if (r->base + r->size > VMAP_SLAB_REMOTE_ONE) /* (the remote stacks' word: slab.h) */
+		return NULL;
 	size_t len = (r->size >> VMAP_SLAB_UNIT_SHIFT) * sizeof(struct vmap_slab);
 	len = (len + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	/* Read-only but for the slices of claimed chunks (the arena makes
@@ -213,22 +215,27 @@ static void carve(struct vmap_slab *d)
 	__atomic_store_n(&d->bump, b + n, __ATOMIC_RELAXED);
 }
 
-/* Moves the remote stack onto the free list; returns how many objects. */
+/* Moves the remote stack onto the free list; returns how many objects.  An
+ * empty free list (a refill's) takes the stack as it is, without a walk: the
+ * pops check each link as they follow it.  Otherwise the stack is walked to
+ * its last object, links checked, and put in front of the list. */
 uint32_t vmap_slab_collect(struct vmap_slab *d)
 {
-	void **r = __atomic_exchange_n(&d->remote, NULL, __ATOMIC_ACQUIRE);
-	if (!r)
+	uintptr_t w = __atomic_exchange_n(&d->remote, 0, __ATOMIC_ACQUIRE);
+	if (!w)
 		return 0;
-	uint32_t n = 1;
-	void **t = r;
-	uintptr_t span = d->span;
-	while (t[0]) {
-		if ((uintptr_t)t[0] - d->start >= span)
-			vmap_slab_die("free", t[0], "heap corruption: a freed object was overwritten");
-		t = t[0];
-		n++;
+	void **r = vmap_slab_remote_top(w);
+	uint32_t n = vmap_slab_remote_count(w);
+	if (d->free) {
+		void **t = r;
+		uintptr_t span = d->span;
+		while (t[0]) {
+			if ((uintptr_t)t[0] - d->start >= span)
+				vmap_slab_die("free", t[0], "heap corruption: a freed object was overwritten");
+			t = t[0];
+		}
+		t[0] = d->free;
 	}
-	t[0] = d->free;
 	d->free = r;
 	d->over -= (int32_t)n;
 	return n;
@@ -316,7 +323,7 @@ static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
 	d->shift = class_shift[c];
 	d->inv = class_inv[c];
 	d->next = d->prev = NULL;
-	__atomic_store_n(&d->remote, NULL, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->remote, 0, __ATOMIC_RELAXED);
 	for (unsigned i = 1; i < d->units; i++)
 		__atomic_store_n(&d[i].head, d, __ATOMIC_RELAXED);
 	__atomic_store_n(&d->head, d, __ATOMIC_RELEASE);

@@ -21,18 +21,22 @@ struct vmap_heap;
  * A slab's descriptor, out of band: one per 64 KiB unit of a region
  * (vmap_region.slabs), so that free() finds it from the address alone.  Every
  * unit of a slab points at the slab's first descriptor with `head`; a unit
- * that is not part of a slab has head NULL.  The owner's fields and the
- * remote list sit on different cache lines: other threads' frees touch only
- * `remote` (and read owner, state and the geometry).
+ * that is not part of a slab has head NULL.  Three cache lines, so that no
+ * line is written by one thread at every call while another reads or writes
+ * it: what other threads' frees read (owner, state, the geometry), the
+ * owner's free list and count, and `remote`, which other threads' frees
+ * write.  With the free list on the first line, a producer whose blocks a
+ * consumer freed ran 0.85x as many operations a second: each of its mallocs
+ * took the line from the consumer's cache, and each free took it back.
+ * 256 bytes a 64 KiB unit (0.4%), in mapped pages only where slabs are.
  */
 struct vmap_slab {
-	/* first cache line: what the owner's malloc and free touch */
+	/* first cache line: what every thread's free reads; the owner writes it
+	 * only when it carves or moves the slab */
 	struct vmap_slab *head;  /* this slab's first descriptor; NULL: no slab */
-	void *free;              /* owner only: objects to hand out, LIFO */
 	struct vmap_heap *owner; /* VMAP_SLAB_ORPHAN while abandoned */
 	uintptr_t start;         /* first object (the slab's first byte) */
 	uint32_t size, cap;      /* object size; objects in the slab */
-	int32_t over;            /* owner only: objects out (used) - wake (vmap_slab_used) */
 	uint32_t bump;           /* owner only: objects ever carved */
 	uint8_t cls;
 	uint8_t state;           /* SLAB_CUR / PARTIAL / FULL / ABANDONED (slab.c) */
@@ -41,13 +45,40 @@ struct vmap_slab {
 	uint32_t span;           /* cap * size: a link outside [start, start + span) is corrupt */
 	uint32_t inv;            /* odd's inverse mod 2^32: offset -> index (vmap_slab_check) */
 	int32_t wake;            /* owner only: a free that brings used to this or below moves the slab */
-	/* second: the owner's lists, and other threads' frees */
+	/* second: the owner's, written by its every malloc and free */
+	_Alignas(64) void *free;       /* owner only: objects to hand out, LIFO */
+	int32_t over;                  /* owner only: objects out (used) - wake (vmap_slab_used) */
 	struct vmap_slab *next, *prev; /* the owner's list for this class */
-	void *remote;                  /* other threads' frees (a lock-free stack) */
-	char pad1[40];
+	/* third: other threads' frees */
+	_Alignas(64) uintptr_t remote; /* a lock-free stack (vmap_slab_remote_top) */
+	char pad1[120];                /* (a power of two: free finds a descriptor with a shift) */
 };
 
 #define NCLASSES 44
+
+/*
+ * A slab's remote stack is one word: the address of its top object in the low
+ * 48 bits and, above them, how many objects are on it.  A push sets both with
+ * one compare-and-swap, and the owner takes both with one exchange, so that
+ * it need not walk the stack to count what it collected: that walk chased one
+ * pointer per object, each a cache miss on a line the freeing thread had just
+ * written, back to back (a producer/consumer pair spent a fifth of its time
+ * there); the owner's pops take the same misses one at a time, each behind
+ * the program's own work on the object before.  A slab holds at most 4096
+ * objects, and slabs lie in the arena, below 2^48 (slab_new).
+ */
+#define VMAP_SLAB_REMOTE_SHIFT 48
+#define VMAP_SLAB_REMOTE_ONE ((uintptr_t)1 << VMAP_SLAB_REMOTE_SHIFT)
+
+static inline void **vmap_slab_remote_top(uintptr_t w)
+{
+	return (void **)(w & (VMAP_SLAB_REMOTE_ONE - 1));
+}
+
+static inline uint32_t vmap_slab_remote_count(uintptr_t w)
+{
+	return (uint32_t)(w >> VMAP_SLAB_REMOTE_SHIFT);
+}
 #define VMAP_HEAP_STEP 128 /* the fast paths' counting step, and malloc's tick */
 
 /* The objects of d handed out and not freed (frees on the remote stack count
@@ -148,6 +179,17 @@ static inline unsigned vmap_slab_class(size_t size)
 	return 8 + (lg - 7) * 4 + (unsigned)(s >> (lg - 2)) - 4;
 }
 
+/* The next object a pop hands out, asked for now, for writing: when another
+ * thread freed it (its remote stack), its line is in that thread's cache,
+ * and the miss would stall the next pop on its first word; asked for here, it
+ * overlaps with the caller's work on this object.  A producer that hands
+ * its blocks to a consumer ran 1.4x as many operations a second with it.  A
+ * prefetch faults on nothing (next may be NULL). */
+static inline void vmap_slab_prefetch(const void *next)
+{
+	__builtin_prefetch(next, 1);
+}
+
 /* The owner, in a section: takes o, the first object of d's free list, off
  * it.  A link that leaves the slab was written by the program after free. */
 static inline void vmap_slab_pop(struct vmap_slab *d, void **o)
@@ -156,6 +198,7 @@ static inline void vmap_slab_pop(struct vmap_slab *d, void **o)
 	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
 		vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
 	d->free = next;
+	vmap_slab_prefetch(next);
 	d->over++;
 	o[1] = NULL; /* the double-free mark */
 }

@@ -261,11 +261,12 @@ static bool reclaim(struct vmap_heap *h, struct vmap_slab *d)
 
 __attribute__((noinline)) void vmap_slab_remote_free(struct vmap_slab *d, void **o)
 {
-	void *old = __atomic_load_n(&d->remote, __ATOMIC_RELAXED);
+	uintptr_t old = __atomic_load_n(&d->remote, __ATOMIC_RELAXED);
 	do
-		o[0] = old;
-	while (!__atomic_compare_exchange_n(&d->remote, &old, o, true, __ATOMIC_SEQ_CST,
-					    __ATOMIC_RELAXED));
+		o[0] = vmap_slab_remote_top(old);
+	while (!__atomic_compare_exchange_n(&d->remote, &old,
+					    (uintptr_t)o + (old & ~(VMAP_SLAB_REMOTE_ONE - 1)) + VMAP_SLAB_REMOTE_ONE,
+					    true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
 	unsigned st = __atomic_load_n(&d->state, __ATOMIC_SEQ_CST);
 	if (st == SLAB_FULL) {
 		if (old)

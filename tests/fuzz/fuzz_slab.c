@@ -407,9 +407,13 @@ struct census {
 static unsigned remote_len(struct vmap_slab *d)
 {
 	unsigned n = 0;
-	for (void **r = __atomic_load_n(&d->remote, __ATOMIC_ACQUIRE); r; r = r[0])
+	uintptr_t w = __atomic_load_n(&d->remote, __ATOMIC_ACQUIRE);
+	for (void **r = vmap_slab_remote_top(w); r; r = r[0])
 		if (++n > d->cap)
 			FAIL("slab %#lx: remote stack longer than its capacity", (unsigned long)d->start);
+	if (n != vmap_slab_remote_count(w))
+		FAIL("slab %#lx: %u objects on the remote stack, its word counts %u",
+		     (unsigned long)d->start, n, vmap_slab_remote_count(w));
 	return n;
 }
 
@@ -564,7 +568,7 @@ static void check_slab_lists(struct vmap_slab *d)
 		if (++n > d->cap)
 			FAIL("slab %#lx: the free list loops", (unsigned long)d->start);
 	}
-	for (void **r = __atomic_load_n(&d->remote, __ATOMIC_ACQUIRE); r; r = r[0])
+	for (void **r = vmap_slab_remote_top(__atomic_load_n(&d->remote, __ATOMIC_ACQUIRE)); r; r = r[0])
 		if (live_at((uintptr_t)r))
 			FAIL("slab %#lx: live object %p is on the remote stack", (unsigned long)d->start,
 			     (void *)r);
