@@ -79,7 +79,7 @@ vmap_fast_malloc_via(size_t size, vmap_malloc_exit slow, vmap_malloc_exit refill
 	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
 		return vmap_fast_corrupt(next);
 	d->free = next;
-	vmap_slab_prefetch(next);
+	vmap_slab_prefetch(d, next);
 	d->over++;
 	o[1] = NULL; /* the double-free mark */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
