@@ -48,6 +48,7 @@ uint64_t vmap_lazy_limit; /* the pressure limit now (see above) */
  * cache. */
 uint64_t vmap_fresh_carves;
 static uint64_t vmap_pressure_ns; /* when the last pressure purge ran */
+static uint64_t fresh_since_pressure_ns; /* the first fresh carve after it (0: none yet) */
 
 /* Fresh memory carved since the cache last paid for it (vmap_purge_fresh). */
 static uint64_t vmap_fresh_debt;
@@ -167,13 +168,21 @@ static bool limit_grows(uint64_t cached, uint64_t now)
 		return false; /* a LAZY_MAX the user set is a hard cap */
 	uint64_t last = __atomic_load_n(&vmap_pressure_ns, __ATOMIC_RELAXED);
 	__atomic_store_n(&vmap_pressure_ns, now, __ATOMIC_RELAXED);
+	uint64_t refault_ns = __atomic_exchange_n(&fresh_since_pressure_ns, 0, __ATOMIC_RELAXED);
 	/* Refaulting means fresh memory was carved since the last pressure
 	 * purge: a burst of frees alone passes the limit again and again
-	 * within the window without refaulting anything. */
+	 * within the window without refaulting anything.  The window ends at
+	 * the first such carve, where the refault starts, not at this
+	 * pressure, where it ends: faulting 16 MiB in again took 61 ms at
+	 * 15 us a fault, past the window every time, and a program that
+	 * freed and allocated one 16 MiB block purged and faulted all of it
+	 * at every round (16 operations a second against 12k). */
 	static uint64_t fresh_at_last;
 	uint64_t fresh = __atomic_load_n(&vmap_fresh_carves, __ATOMIC_RELAXED);
 	uint64_t before = __atomic_exchange_n(&fresh_at_last, fresh, __ATOMIC_RELAXED);
-	if (!last || now - last > window || fresh == before)
+	if (!refault_ns || refault_ns < last)
+		refault_ns = now;
+	if (!last || refault_ns - last > window || fresh == before)
 		return false;
 	/* In use: now, or at the peak of large blocks -- a program that frees
 	 * its biggest block just before allocating it again is at its low point
@@ -311,6 +320,9 @@ static bool fresh_pays_in_full(uint64_t bytes)
 
 void vmap_purge_fresh(uint64_t bytes)
 {
+	if (!__atomic_load_n(&fresh_since_pressure_ns, __ATOMIC_RELAXED) &&
+	    __atomic_load_n(&vmap_pressure_ns, __ATOMIC_RELAXED)) /* (a clock read a pressure purge) */
+		__atomic_store_n(&fresh_since_pressure_ns, vmap_os_now_ns(), __ATOMIC_RELAXED);
 	if (fresh_pays_in_full(bytes))
 		return;
 	if (__atomic_add_fetch(&vmap_fresh_debt, bytes, __ATOMIC_RELAXED) < FRESH_BATCH)
