@@ -65,7 +65,7 @@ struct vmap_slab {
  * written, back to back (a producer/consumer pair spent a fifth of its time
  * there); the owner's pops take the same misses one at a time, each behind
  * the program's own work on the object before.  A slab holds at most 4096
- * objects, and slabs lie in the arena, below 2^48 (slab_new).
+ * objects, and slabs lie in the arena, below 2^48 (region_slabs).
  */
 #define VMAP_SLAB_REMOTE_SHIFT 48
 #define VMAP_SLAB_REMOTE_ONE ((uintptr_t)1 << VMAP_SLAB_REMOTE_SHIFT)
