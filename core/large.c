@@ -406,8 +406,6 @@ static inline __attribute__((always_inline)) void range_free(void *p, const char
 		return;
 	}
 	if (to_runs) {
-		if (pages >= VMAP_BIG_PAGES)
-			vmap_purge_note_big_free((uint64_t)bytes);
 		/* Larger areas (and those beside a resident run, and those a
 		 * realloc outgrew) become a resident free run, merged with its
 		 * free neighbours, reusable by any size. */

@@ -13,22 +13,23 @@
  *     adapts: pressure again within REFAULT_WINDOW_NS of the last pressure
  *     purge means the program refaults what was just purged (a loop freeing
  *     and allocating one big block), so the limit doubles instead (or jumps
- *     to what is cached), up to the peak of large bytes in use and the most
- *     seen in slabs plus vmap_lazy_max; a delay without pressure halves it
- *     back.  Whatever the limit, a cache no larger than the large bytes in
- *     use is not pressure (pressure_limit), unless the limit was raised and
- *     in use and cached together pass the peak in use plus vmap_lazy_max.
- *     Served mmaps do not count there: CPython's arenas are tens of MiB of
- *     them, and as a floor they kept as much cached.  A VMAPALLOC_LAZY_MAX
- *     set by the user is a hard cap: no growth, no floor.  Age still
- *     returns whatever waits longer than the delay;
+ *     to what is cached), up to twice the peak of large bytes in use and
+ *     the most seen in slabs, plus vmap_lazy_max; a delay without pressure
+ *     halves it back.  Whatever the limit, a cache no larger than the large
+ *     bytes in use is not pressure (pressure_limit); while the limit is
+ *     raised, in use and cached together stay under twice the peak in use
+ *     plus vmap_lazy_max (raised_room).  Served mmaps do not count there:
+ *     CPython's arenas are tens of MiB of them, and as a floor they kept as
+ *     much cached.  A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no
+ *     growth, no floor.  Age still returns whatever waits longer than the
+ *     delay;
  *   - or the process forks: the cache goes first (fork.c says why);
  *   - or cached areas have waited longer than VMAPALLOC_PURGE_DELAY_MS: those
  *     (and only those) are released, checked at most once per delay;
  *   - or malloc_trim()/vmapalloc_purge() asks for everything.
  *
- * Owns: the pressure limit and its history, the fresh-memory debt, the
- * largest big area freed since the last age purge, the most slab bytes seen.
+ * Owns: the pressure limit and its history, the fresh-memory debt, the most
+ * slab bytes seen.
  *
  * Called by: large.c (free path, fresh carves, arena exhaustion), alloc.c
  * (the tick), background.c (the purger thread).
@@ -53,8 +54,6 @@ static uint64_t fresh_since_pressure_ns; /* the first fresh carve after it (0: n
 /* Fresh memory carved since the cache last paid for it (vmap_purge_fresh). */
 static uint64_t vmap_fresh_debt;
 
-static uint64_t big_free_max; /* the largest area of 2 MiB or more freed since the last age purge */
-
 /*
  * The most bytes seen in slabs (at the purge's decisions).  Slabs are areas
  * of the range allocator too, counted out of the large bytes in use
@@ -77,31 +76,26 @@ static uint64_t slab_bytes_most_seen(void)
 	return most;
 }
 
-void vmap_purge_note_big_free(uint64_t bytes)
-{
-	if (bytes > __atomic_load_n(&big_free_max, __ATOMIC_RELAXED))
-		__atomic_store_n(&big_free_max, bytes, __ATOMIC_RELAXED);
-}
-
 /*
  * What the cache may hold while the limit is raised.  A raised limit is for
- * a program that refaults what was purged, and what it refaults is at most
- * what it once had in use: so the bytes in use and the cache together stay
- * under the peak in use (large blocks, and the most seen in slabs) plus
- * vmap_lazy_max, and the floor of the bytes in use yields to that too.
- * Without it a program whose heap shrank from its peak kept a peak's worth
- * of cache beside what it still used: a realloc-heavy run (blocks grown to
- * 8 MiB and freed) held 72 MiB cached beside 43 MiB in use, with 84 MiB its
- * peak, and its RSS peaked at 110-124 MB where glibc's did at 107; bounded,
- * at 96-101 MB in as much time (4.2-4.9 s against 3.5-5.5).  A limit
- * that was not raised (a random mix of sizes, whose fragments the next
- * requests reuse) keeps the floor.
+ * a program that refaults what was purged: the fragments its blocks leave
+ * behind are what its next blocks reuse, even when they fit none of the next
+ * few requests (a block grown by realloc leaves an area smaller than the
+ * next one).  So in use and cached together may reach twice the peak in use
+ * (large blocks, and the most seen in slabs) plus vmap_lazy_max, and not
+ * more: the rest of the cache pays.  Bounded by the peak alone, a
+ * realloc-heavy run (64 blocks grown by 1.5 up to 8 MiB; 84 MiB its peak)
+ * purged 1.1 GiB in 5 s and faulted it in again, 4.7-5.1 s and 97-100 MB of
+ * peak RSS; bounded by twice the peak, 0.8-1.1 s and 113-117 MB (glibc
+ * 3.4 s and 110 MB, tcmalloc 1.1 s and 135 MB).  Blocks of 64 KiB..4 MiB at
+ * alignments of 4 KiB..2 MiB ran 7x as fast.
  */
 static uint64_t raised_room(uint64_t in_use)
 {
 	int64_t peak = __atomic_load_n(&vmap_stat_peak_large_bytes, __ATOMIC_RELAXED);
-	uint64_t top = (peak > 0 ? (uint64_t)peak : 0) +
-		       __atomic_load_n(&slab_bytes_most, __ATOMIC_RELAXED) + vmap_lazy_max;
+	uint64_t most = peak > 0 && (uint64_t)peak > in_use ? (uint64_t)peak : in_use;
+	uint64_t top = 2 * most + __atomic_load_n(&slab_bytes_most, __ATOMIC_RELAXED) +
+		       vmap_lazy_max;
 	uint64_t room = top > in_use ? top - in_use : 0;
 	return room > vmap_lazy_max ? room : vmap_lazy_max;
 }
@@ -114,18 +108,14 @@ static uint64_t raised_room(uint64_t in_use)
  * only made the next allocations fault it in again.  Cached bytes stay bounded:
  * under the larger of the limit and the bytes in use, so RSS stays within
  * twice the live heap plus the limit, as the adaptive limit allowed already;
- * while the limit is raised, within the peak in use plus vmap_lazy_max
+ * while the limit is raised, within twice the peak in use plus vmap_lazy_max
  * (raised_room).
  * A VMAPALLOC_LAZY_MAX set by the user is a hard cap: no floor.
  *
- * A limit raised for a refaulting loop on big blocks (2 MiB or more) keeps
- * what the loop needs: the biggest block it frees and allocates again, on
- * top of the heap in use.  When the program frees most of its heap (a run
- * winding down), the rest is not kept for it: capped at twice the bytes in
- * use plus vmap_lazy_max plus the largest area freed since the last age
- * purge.  Not when no big area was freed: threads handing pooled blocks to
- * each other keep little in use and refault whatever the cap would purge (a
- * producer/consumer benchmark of 64 KiB..1 MiB blocks ran at 0.43x).
+ * A program winding down (most of its heap freed) keeps its cache until the
+ * age purge: capping a raised limit by twice the bytes in use made a
+ * program whose heap swings between a quarter and all of its peak purge at
+ * every swing and fault the cache in again.
  */
 static uint64_t pressure_limit(void)
 {
@@ -137,17 +127,11 @@ static uint64_t pressure_limit(void)
 	int64_t large = vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
 			vmap_local.n[VMAP_STAT_large_bytes_in_use];
 	uint64_t in_use = large > 0 ? (uint64_t)large : 0;
-	uint64_t big = __atomic_load_n(&big_free_max, __ATOMIC_RELAXED);
-	uint64_t cap = 2 * in_use + vmap_lazy_max + big;
-	if (big && limit > cap)
-		limit = cap;
-	bool raised = limit > vmap_lazy_max;
-	limit = in_use > limit ? in_use : limit;
-	if (raised) {
+	if (limit > vmap_lazy_max) {
 		uint64_t room = raised_room(in_use);
 		limit = limit < room ? limit : room;
 	}
-	return limit;
+	return in_use > limit ? in_use : limit;
 }
 
 /* After a pressure purge that found nothing to release (what is cached sits
@@ -195,7 +179,7 @@ static bool limit_grows(uint64_t cached, uint64_t now)
 		in_use = (uint64_t)peak;
 	in_use += slab_bytes_most_seen();
 	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
-	uint64_t ceiling = in_use + vmap_lazy_max;
+	uint64_t ceiling = 2 * in_use + vmap_lazy_max; /* (the fragments: raised_room) */
 	if (limit >= ceiling)
 		return false;
 	/* Straight to what the cache holds now, if that is more than twice
@@ -240,7 +224,6 @@ static void age_purge(uint64_t now, uint64_t cached)
 		return;
 	}
 	limit_decays(now);
-	__atomic_store_n(&big_free_max, 0, __ATOMIC_RELAXED);
 	vmap_cache_idle_pass(now, false);
 	vmap_purge_run(PURGE_AGE, now, 0);
 }
@@ -248,10 +231,10 @@ static void age_purge(uint64_t now, uint64_t cached)
 /* The pressure purge if the cache is over its limit: true if it was. */
 static bool pressure_check(uint64_t now, uint64_t cached)
 {
-	/* One compare in the common case: the limit, or the lowest a cap can
-	 * make it once it was raised or big areas were freed (pressure_limit). */
+	/* One compare in the common case: the limit, or the lowest the room
+	 * can make it once it was raised (pressure_limit). */
 	uint64_t limit = __atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED);
-	if (limit > vmap_lazy_max || __atomic_load_n(&big_free_max, __ATOMIC_RELAXED))
+	if (limit > vmap_lazy_max)
 		limit = vmap_lazy_max;
 	if (cached > limit && cached > (limit = pressure_limit())) {
 		int64_t futile = __atomic_load_n(&vmap_purge_futile_at, __ATOMIC_RELAXED);
@@ -339,10 +322,8 @@ void vmap_purge_fresh(uint64_t bytes)
 	 * random-size benchmark refault 100 times as often): only the rest
 	 * pays; and while the limit is raised, what passes raised_room. */
 	uint64_t keep = large > 0 ? (uint64_t)large : 0;
-	if (__atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED) > vmap_lazy_max) {
-		uint64_t room = raised_room(keep + bytes); /* (the carve: not counted yet) */
-		keep = keep < room ? keep : room;
-	}
+	if (__atomic_load_n(&vmap_lazy_limit, __ATOMIC_RELAXED) > vmap_lazy_max)
+		keep = raised_room(keep + bytes); /* (the carve: not counted yet) */
 	keep = keep > FRESH_FLOOR ? keep : FRESH_FLOOR;
 	uint64_t cached = vmap_gauge(VMAP_STAT_cached_bytes);
 	if (cached <= keep)

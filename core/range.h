@@ -201,9 +201,6 @@ void vmap_purge_maybe(uint64_t now);
 /* After carving `bytes` of fresh (faulting) memory, with no lock held: the
  * cache pays for them, in batches (purge_policy.c). */
 void vmap_purge_fresh(uint64_t bytes);
-/* A free of an area of 2 MiB or more: the largest since the last age purge
- * bounds what a raised pressure limit keeps (purge_policy.c). */
-void vmap_purge_note_big_free(uint64_t bytes);
 /* From the allocator's calls, every 128th (alloc.c): the age purge if it is
  * due.  Cheap when it is not: one load and compare. */
 void vmap_purge_tick(uint64_t now);
