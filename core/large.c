@@ -39,7 +39,8 @@ static uint64_t area_pages(size_t size, bool *big)
 /* Publishes the area carved at a from s's runs (shard lock held on entry,
  * released) and does what its former state asks. */
 static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint64_t pages,
-			  bool kind, unsigned state, uint64_t resident, bool *zero, uint64_t tag)
+			  bool kind, unsigned state, uint64_t resident, bool *zero, uint64_t tag,
+			  bool fill)
 {
 	struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 	__atomic_store_n(&e->tag,
@@ -80,9 +81,13 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
 		if (!(tag & VMAP_TAG_MMAP)) /* (the policy's sign of refaulting) */
 			__atomic_add_fetch(&vmap_fresh_carves, 1, __ATOMIC_RELAXED);
-		if (vmap_opt.populate && *zero)
-			vmap_os_madvise((void *)a, (pages - !(tag & VMAP_TAG_MMAP)) << VMAP_PAGE_SHIFT,
-					MADV_POPULATE_WRITE);
+		uint64_t n = fill ? pages - !(tag & VMAP_TAG_MMAP) : 0; /* (not the guard page) */
+		if (*zero && n && vmap_opt.populate == 2)
+			n = tag & VMAP_TAG_MMAP ? 0 : vmap_populate_auto(a, n);
+		if (*zero && n && vmap_opt.populate) {
+			vmap_os_madvise((void *)a, n << VMAP_PAGE_SHIFT, MADV_POPULATE_WRITE);
+			vmap_stat_add_cpu(cpu, VMAP_STAT_populated, 1);
+		}
 		/* The program's mmap, served apart, never takes the cache: its
 		 * fresh pages do not pay for it (CPython's arenas each round
 		 * purged the blocks' cache, 20% more faults than glibc's). */
@@ -116,15 +121,17 @@ static uintptr_t carve_resident_locked(struct vmap_shard *s, bool *kind, uint64_
  * twice. */
 __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu,
 							 uint64_t pages, bool big, size_t align,
-							 bool *zero, uint64_t tag, bool low)
+							 bool *zero, uint64_t tag,
+							 enum vmap_carve_use use)
 {
 	/* Shard lock held on entry, released on return. */
+	bool low = use == VMAP_CARVE_GROWN, fill = use == VMAP_CARVE_BLOCK;
 	unsigned state;
 	uint64_t resident;
 	bool kind = big;
 	uintptr_t a = carve_resident_locked(s, &kind, pages, align, &state, &resident, low);
 	if (a)
-		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
+		return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag, fill);
 	if (vmap_nshards_large > 1) {
 		/* Bounded on many-CPU machines: the next STEAL_SCAN shards are
 		 * looked at (one cache line each), STEAL_TRIES of them locked. */
@@ -142,7 +149,7 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 			a = carve_resident_locked(o, &kind, pages, align, &state, &resident, low);
 			if (a) {
 				vmap_stat_add_cpu(cpu, VMAP_STAT_run_steals, 1);
-				return carve_finish(o, cpu, a, pages, kind, state, resident, zero, tag);
+				return carve_finish(o, cpu, a, pages, kind, state, resident, zero, tag, fill);
 			}
 			vmap_shard_unlock(o);
 		}
@@ -152,7 +159,7 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 		kind = big;
 		a = vmap_carve_locked(s, &kind, pages, align, &state, &resident, false, low);
 		if (a)
-			return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag);
+			return carve_finish(s, cpu, a, pages, kind, state, resident, zero, tag, fill);
 		vmap_shard_unlock(s);
 		if (attempt == 1)
 			vmap_range_purge(true); /* arena full: give everything back, retry */
@@ -185,7 +192,8 @@ static inline void note_peak(uint64_t pages)
 }
 
 static inline __attribute__((always_inline)) void *range_alloc(size_t size, size_t align,
-								   bool *zero, bool low)
+								   bool *zero,
+								   enum vmap_carve_use use)
 {
 	bool big;
 	unsigned cpu = 0;
@@ -239,7 +247,7 @@ static inline __attribute__((always_inline)) void *range_alloc(size_t size, size
 		if (size > vmap_area_max)
 			return NULL; /* (cached and pooled areas were not) */
 		vmap_shard_lock(s);
-		p = vmap_alloc_carve(s, cpu, pages, big, align, zero, 0, low);
+		p = vmap_alloc_carve(s, cpu, pages, big, align, zero, 0, use);
 		if (!p)
 			return NULL;
 	}
@@ -258,12 +266,17 @@ static inline __attribute__((always_inline)) void *range_alloc(size_t size, size
 
 void *vmap_range_alloc(size_t size, size_t align, bool *zero)
 {
-	return range_alloc(size, align, zero, false);
+	return range_alloc(size, align, zero, VMAP_CARVE_BLOCK);
+}
+
+void *vmap_range_alloc_slab(size_t size, bool *zero)
+{
+	return range_alloc(size, size, zero, VMAP_CARVE_SLAB);
 }
 
 void *vmap_range_alloc_grown(size_t size, bool *zero)
 {
-	return range_alloc(size, VMAP_PAGE, zero, true);
+	return range_alloc(size, VMAP_PAGE, zero, VMAP_CARVE_GROWN);
 }
 
 __attribute__((noinline, cold, noreturn)) static void invalid_pointer(const char *who,
@@ -384,6 +397,8 @@ static inline __attribute__((always_inline)) void range_free(void *p, const char
 			vmap_purge_maybe(vmap_os_now_ns());
 		return;
 	}
+	if (vmap_opt.populate == 2) /* (before a purge can take what it tells) */
+		vmap_populate_freeing((uintptr_t)p);
 	unsigned cpu;
 	vmap_shard_here(&cpu);
 	uint64_t now = vmap_os_now_ns();

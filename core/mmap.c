@@ -429,11 +429,12 @@ void *vmap_serve(size_t len, int flags)
 	 * anonymous mapping no huge pages in THP "madvise" mode either, and
 	 * 2 MiB alignment defeats reuse of lazily unmapped runs (mmap cycles
 	 * would fault fresh memory instead). */
-	bool big = false, zero;
+	bool zero;
 	unsigned cpu;
 	struct vmap_shard *s = vmap_shard_mmap_here(&cpu);
 	vmap_shard_lock(s);
-	void *p = vmap_alloc_carve(s, cpu, pages, big, VMAP_PAGE, &zero, VMAP_TAG_MMAP, false);
+	void *p = vmap_alloc_carve(s, cpu, pages, false, VMAP_PAGE, &zero, VMAP_TAG_MMAP,
+				   VMAP_CARVE_BLOCK);
 	if (!p)
 		return NULL;
 	vmap_clear_hidden(vmap_region_of((uintptr_t)p), (uintptr_t)p);
@@ -614,7 +615,6 @@ int vmap_munlock(const void *addr, size_t len)
  * mprotect and madvise meet the kernel's own seal.  Foreign pieces are the
  * kernel's (its munmap refuses them).  A kernel without mseal: ENOSYS.
  */
-
 static int seal_check(struct vmap_region *r, struct piece *p, uintptr_t a, uintptr_t e, void *arg)
 {
 	(void)e;

@@ -170,6 +170,10 @@ int vmap_option_parse_value(enum vmap_option_id id, const char *value, uint64_t 
 			*out = 0;
 			return 0;
 		}
+		if (d->choices[0] && word_eq(value, d->choices, str_len(d->choices))) {
+			*out = 2; /* a BOOL with a third choice: "auto" */
+			return 0;
+		}
 		return -1;
 	case T_ENUM: {
 		const char *c = d->choices;
@@ -211,7 +215,9 @@ static void describe_accepted(struct vmap_buf *b, const struct vmap_option_desc 
 		vmap_buf_u64(b, d->max);
 		break;
 	case T_BOOL:
-		vmap_buf_str(b, "0/1, yes/no, on/off or true/false");
+		vmap_buf_str(b, d->choices[0] ? "0/1, yes/no, on/off, true/false or " :
+						"0/1, yes/no, on/off or true/false");
+		vmap_buf_str(b, d->choices);
 		break;
 	case T_ENUM:
 		vmap_buf_str(b, "one of ");
@@ -228,8 +234,13 @@ static void print_value(struct vmap_buf *b, const struct vmap_option_desc *d, ui
 {
 	switch (d->type) {
 	case T_SIZE: vmap_buf_size_opt(b, v); break;
-	case T_UINT:
-	case T_BOOL: vmap_buf_u64(b, v); break;
+	case T_BOOL:
+		if (v == 2) {
+			vmap_buf_str(b, d->choices);
+			break;
+		}
+		/* fall through */
+	case T_UINT: vmap_buf_u64(b, v); break;
 	case T_ENUM: {
 		const char *c = d->choices;
 		for (uint64_t i = 0; i < v && *c; c++)

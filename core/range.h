@@ -62,6 +62,8 @@ void *vmap_range_alloc(size_t size, size_t align, bool *zero);
 /* The same (page aligned) for the copy of a block that realloc grows: placed
  * in the lowest free run that fits (runs.c vmap_run_find says why). */
 void *vmap_range_alloc_grown(size_t size, bool *zero);
+/* The same, aligned to its size, for a slab (slab.c). */
+void *vmap_range_alloc_slab(size_t size, bool *zero);
 /* Frees a block; a pointer inside the arena that is not a live block start
  * stops the program with one line naming `who`. */
 void vmap_range_free(void *p, const char *who);
@@ -201,6 +203,13 @@ void vmap_purge_maybe(uint64_t now);
 /* After carving `bytes` of fresh (faulting) memory, with no lock held: the
  * cache pays for them, in batches (purge_policy.c). */
 void vmap_purge_fresh(uint64_t bytes);
+/* A fresh malloc area of `pages` usable pages carved at a, under
+ * VMAPALLOC_POPULATE=auto: how many of its first pages to populate; the
+ * rest is watched (populate.c). */
+uint64_t vmap_populate_auto(uintptr_t a, uint64_t pages);
+/* The block at a goes to the shared cache: if it is the one watched, its
+ * measure is taken now, before a purge can release its pages (populate.c). */
+void vmap_populate_freeing(uintptr_t a);
 /* From the allocator's calls, every 128th (alloc.c): the age purge if it is
  * due.  Cheap when it is not: one load and compare. */
 void vmap_purge_tick(uint64_t now);
@@ -238,11 +247,16 @@ void vmap_zero_spans_locked(uintptr_t run, uintptr_t a, uintptr_t e);
 void vmap_run_drop_records_locked(uintptr_t run, uintptr_t a, uintptr_t e);
 extern uint64_t vmap_none_vmas; /* VMAs guarded runs may cut: two each (runs.c) */
 extern bool vmap_none_made;
+/* What a carve is for: a block (malloc, or the program's mmap with
+ * VMAP_TAG_MMAP), the new place of a block realloc grows (resident runs by
+ * address, runs.c vmap_run_find; its pages are moved in), or a slab (whose
+ * pages are used as small blocks come).  Only a block's fresh pages may be
+ * populated (populate.c). */
+enum vmap_carve_use { VMAP_CARVE_BLOCK, VMAP_CARVE_GROWN, VMAP_CARVE_SLAB };
 /* Carves `pages` pages (all of them usable when tag has VMAP_TAG_MMAP) with
- * the shard lock held on entry; releases it.  *zero: contents known zero.
- * low: resident runs by address (a growing realloc's, runs.c vmap_run_find). */
+ * the shard lock held on entry; releases it.  *zero: contents known zero. */
 void *vmap_alloc_carve(struct vmap_shard *s, unsigned cpu, uint64_t pages, bool big, size_t align,
-		       bool *zero, uint64_t tag, bool low);
+		       bool *zero, uint64_t tag, enum vmap_carve_use use);
 bool vmap_range_is_metadata(uintptr_t a, uintptr_t e);
 bool vmap_range_guard_on(void);
 /* Drains this thread's cache and every shard's pools into free runs. */

@@ -297,7 +297,7 @@ static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
 		return NULL;
 	size_t bytes = slab_bytes(c);
 	bool zero;
-	void *m = vmap_range_alloc(bytes, bytes, &zero);
+	void *m = vmap_range_alloc_slab(bytes, &zero);
 	if (!m)
 		return NULL;
 	struct vmap_region *r = vmap_region_of((uintptr_t)m);

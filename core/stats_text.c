@@ -91,8 +91,9 @@ static const struct text_piece lines[] = {
 	{0, "large reuse", "pool hits %U (%P), resident runs %U (%P; %U from another shard)",
 	 {F(pool_hits), F(pool_hits), F(large_served), F(run_hits), F(run_hits), F(large_served),
 	  F(run_steals)}},
-	{0, "", ", fresh %U (page faults; %U extending a resident run); calloc zeroing skipped %U",
-	 {F(pool_misses), F(run_extends), F(calloc_zero_skipped)}},
+	{0, "", ", fresh %U (page faults; %U extending a resident run, %U populated)",
+	 {F(pool_misses), F(run_extends), F(populated)}},
+	{0, "", "; calloc zeroing skipped %U", {F(calloc_zero_skipped)}},
 
 	{0, "realloc of large blocks", "in place %U, pages moved %U, copied %U; shrunk %U",
 	 {F(realloc_in_place), F(realloc_moved_pages), F(realloc_copied), F(realloc_tails_released)}},

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "fake_os.h"
+#include "mmap.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -441,4 +442,78 @@ Test(fault, populate_prefaults_fresh_areas_only)
 	void *q = vmap_range_alloc(256 * KiB, VMAP_PAGE, &zero);
 	cr_assert_eq(q, p);
 	cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), 1, "a pooled area is resident already");
+}
+
+Test(fault, populate_auto_follows_what_the_program_writes)
+{
+	/* The default, VMAPALLOC_POPULATE=auto. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	fake_reset();
+	enum { N = 8, PAGES = 128 }; /* 512 KiB: the last 16 pages watched while populating */
+	size_t size = PAGES * VMAP_PAGE;
+	unsigned char *p[N];
+	bool zero;
+	struct fake_range r[N];
+	/* Nothing to go by yet: the first fresh block is watched whole. */
+	p[0] = vmap_range_alloc(size, VMAP_PAGE, &zero);
+	cr_assert(zero);
+	cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), 0);
+	memset(p[0], 1, size);
+	/* Written whole: the next ones are populated but for their last eighth. */
+	for (int i = 1; i < 3; i++) {
+		p[i] = vmap_range_alloc(size, VMAP_PAGE, &zero);
+		cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), (unsigned)i, "block %d: %u calls, zero %d", i, fake_madvise_calls(MADV_POPULATE_WRITE), zero);
+		memset(p[i], 1, size);
+	}
+	cr_assert_eq(fake_advised(MADV_POPULATE_WRITE, r, N), 2);
+	cr_assert_eq(r[1].addr, (uintptr_t)p[2]);
+	cr_assert_eq(r[1].len, size - PAGES / 8 * VMAP_PAGE, "populated up to the watched tail");
+	/* Then written at their first byte only: populating stops within two
+	 * blocks, and the blocks after are left to fault. */
+	for (int i = 3; i < N; i++) {
+		p[i] = vmap_range_alloc(size, VMAP_PAGE, &zero);
+		p[i][0] = 1;
+	}
+	unsigned populated = fake_madvise_calls(MADV_POPULATE_WRITE);
+	cr_assert(populated <= 4, "%u blocks populated, of 2 written whole", populated);
+	cr_assert_eq(fake_advised(MADV_POPULATE_WRITE, r, N), populated);
+	cr_assert(r[populated - 1].addr < (uintptr_t)p[N - 2], "still populating at the end");
+	for (int i = 0; i < N; i++)
+		vmap_range_free(p[i], "free");
+}
+
+Test(fault, populate_auto_leaves_the_programs_mappings_alone)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	fake_reset();
+	for (int i = 0; i < 4; i++) {
+		void *m = vmap_mmap(NULL, 256 * KiB, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		cr_assert_neq(m, MAP_FAILED);
+		memset(m, 1, 256 * KiB);
+	}
+	cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), 0);
+}
+
+Test(fault, populate_auto_looks_at_a_watched_block_as_it_is_freed)
+{
+	/* A loop of one big block, allocated, written, freed and purged: the
+	 * look at the next carve would find the pages released. */
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	fake_reset();
+	size_t size = 2 * MiB;
+	bool zero;
+	for (int i = 0; i < 3; i++) {
+		void *p = vmap_range_alloc(size, VMAP_PAGE, &zero);
+		cr_assert(zero, "round %d: not fresh", i);
+		cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), (unsigned)(i > 0),
+			     "round %d", i);
+		memset(p, 1, size);
+		vmap_range_free(p, "free");
+		vmap_range_purge(true);
+		fake_reset();
+	}
 }

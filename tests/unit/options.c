@@ -49,7 +49,7 @@ Test(options, defaults_match_options_def)
 	cr_assert_eq(vmap_opt.purge_delay_ms, 2000);
 	cr_assert_eq(vmap_opt.purge_advice, VMAP_ADVICE_DONTNEED);
 	cr_assert_eq(vmap_opt.hugepage, 1);
-	cr_assert_eq(vmap_opt.populate, 0);
+	cr_assert_eq(vmap_opt.populate, 2, "auto");
 	cr_assert_eq(vmap_opt.cache_bytes, 8 * MiB);
 	cr_assert_not_null(vmap_opt.stats);
 	cr_assert_str_empty(vmap_opt.stats);
@@ -171,6 +171,21 @@ Test(options, bool_spellings)
 	cr_assert_eq(unit_parse(env), 0);
 	cr_assert_eq(vmap_opt.hugepage, 0);
 	cr_assert_eq(vmap_opt.populate, 1);
+}
+
+Test(options, a_bool_with_a_third_choice_takes_it_and_only_it)
+{
+	uint64_t v = 9;
+	cr_assert_eq(vmap_option_parse_value(VMAP_OPT_POPULATE, "auto", &v), 0);
+	cr_assert_eq(v, 2);
+	cr_assert_eq(vmap_option_parse_value(VMAP_OPT_POPULATE, "AUTO", &v), 0);
+	cr_assert_eq(v, 2);
+	cr_assert_eq(vmap_option_parse_value(VMAP_OPT_POPULATE, "off", &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(vmap_option_parse_value(VMAP_OPT_POPULATE, "2", &v), -1);
+	cr_assert_eq(vmap_option_parse_value(VMAP_OPT_POPULATE, "autox", &v), -1);
+	cr_assert_eq(vmap_option_parse_value(VMAP_OPT_HUGEPAGE, "auto", &v), -1,
+		     "a plain bool took a third choice");
 }
 
 Test(options, bad_bool_keeps_default_with_one_line)
