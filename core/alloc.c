@@ -532,7 +532,10 @@ static void *aligned(size_t align, size_t size)
 		count(VMAP_STAT_small_allocs);
 		auto_count();
 		p = small_malloc(size);
-	} else if (align < VMAP_PAGE && !is_large(size)) {
+	} else if ((align < VMAP_PAGE || (align == VMAP_PAGE && slab_serves(size))) &&
+		   !is_large(size)) {
+		/* Page alignment: a slab object of a class of whole pages when
+		 * the slabs serve, else a large block (not glibc's memalign). */
 		count(VMAP_STAT_small_allocs);
 		auto_count();
 		p = small_memalign(align, size);

@@ -147,7 +147,7 @@ __attribute__((always_inline)) static inline void *vmap_fast_calloc(size_t n, si
 }
 
 /* An object for an aligned call whose alignment the caller has checked to
- * be a power of two below 4 KiB (up to 16: every slab object's; larger: a
+ * be a power of two up to 4 KiB (up to 16: every slab object's; larger: a
  * class whose objects all have it, vmap_slab_align_tab), counted as such;
  * NULL: not here. */
 __attribute__((always_inline)) static inline void *vmap_fast_aligned(size_t size, size_t align)

@@ -154,11 +154,11 @@ static inline unsigned vmap_slab_class_fast(size_t size)
 }
 
 /* The aligned calls' classes: for alignment 32 << k (k < VMAP_SLAB_ALIGNS,
- * up to 2 KiB: from a page on, alignments go to the range allocator) and
- * class c, the first class from c on whose size is a multiple of the
- * alignment (so are its objects' addresses: slabs start 64 KiB-aligned), or
- * NCLASSES when none is (the fast path's and vmap_slab_memalign's). */
-#define VMAP_SLAB_ALIGNS 7
+ * up to 4 KiB: larger alignments go to the range allocator) and class c, the
+ * first class from c on whose size is a multiple of the alignment (so are
+ * its objects' addresses: slabs start 64 KiB-aligned), or NCLASSES when none
+ * is (the fast path's and vmap_slab_memalign's). */
+#define VMAP_SLAB_ALIGNS 8
 extern uint8_t vmap_slab_align_tab[VMAP_SLAB_ALIGNS][NCLASSES] VMAP_HIDDEN;
 
 /* Every heap's fast-path counts (approximate for other running threads):

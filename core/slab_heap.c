@@ -205,7 +205,7 @@ void *vmap_slab_memalign(size_t align, size_t size)
 		return NULL;
 	/* Slabs start 64 KiB-aligned, objects at multiples of their size: a
 	 * class whose size is a multiple of align gives aligned objects (every
-	 * class for 16 and less; vmap_slab_align_tab for the rest, below a
+	 * class for 16 and less; vmap_slab_align_tab for the rest, up to a
 	 * page: the caller's). */
 	unsigned c = vmap_slab_class(size > align ? size : align);
 	if (align > 16)

@@ -30,8 +30,8 @@ EXPORT void *realloc(void *p, size_t size) { return vmap_fast_realloc(p, size); 
 EXPORT void *reallocarray(void *p, size_t n, size_t size) { return vmap_reallocarray(p, n, size); }
 EXPORT int posix_memalign(void **out, size_t align, size_t size)
 {
-	void *p; /* the powers of two from 8 (sizeof(void *)) to 2 KiB */
-	if (align >= 8 && align < 4096 && !(align & (align - 1)) && (p = vmap_fast_aligned(size, align))) {
+	void *p; /* the powers of two from 8 (sizeof(void *)) to 4 KiB */
+	if (align >= 8 && align <= 4096 && !(align & (align - 1)) && (p = vmap_fast_aligned(size, align))) {
 		*out = p;
 		return 0;
 	}
@@ -40,14 +40,14 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
 EXPORT void *aligned_alloc(size_t align, size_t size)
 {
 	void *p;
-	if (align && align < 4096 && !(align & (align - 1)) && (p = vmap_fast_aligned(size, align)))
+	if (align && align <= 4096 && !(align & (align - 1)) && (p = vmap_fast_aligned(size, align)))
 		return p;
 	return vmap_aligned_alloc(align, size);
 }
 EXPORT void *memalign(size_t align, size_t size)
 {
 	void *p; /* any alignment up to 16: glibc rounds it up to a power of two */
-	if ((align <= 16 || (align < 4096 && !(align & (align - 1)))) &&
+	if ((align <= 16 || (align <= 4096 && !(align & (align - 1)))) &&
 	    (p = vmap_fast_aligned(size, align)))
 		return p;
 	return vmap_memalign(align, size);

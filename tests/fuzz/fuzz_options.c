@@ -16,7 +16,8 @@
  * Checked on every input:
  *  - vmap_options_parse returns that count and vmap_opt holds exactly the
  *    expected values; every value is the default or within [min, max]
- *    (booleans 0/1, enums below the number of choices, strings < 256 bytes);
+ *    (booleans 0/1, or 2 for a third choice, enums below the number of
+ *    choices, strings < 256 bytes);
  *  - it wrote exactly one line per problem to fd 2, each starting
  *    "vmapalloc: " and naming the variable; in secure mode nothing at all and
  *    every option at its default;
@@ -150,6 +151,10 @@ static bool ref_value(const struct ref *r, const char *v, uint64_t *out)
 		}
 		if (ieq(v, "0", 1) || ieq(v, "no", 2) || ieq(v, "off", 3) || ieq(v, "false", 5)) {
 			*out = 0;
+			return true;
+		}
+		if (r->choices[0] && ieq(v, r->choices, strlen(r->choices))) {
+			*out = 2; /* a third choice, such as "auto" */
 			return true;
 		}
 		return false;
@@ -293,7 +298,7 @@ static void check_ranges(void)
 		uint64_t v = opt_u64(r);
 		bool ok = v == r->def;
 		switch (r->type) {
-		case R_BOOL: ok = v <= 1; break;
+		case R_BOOL: ok = v <= 1 || (v == 2 && r->choices[0]); break;
 		case R_ENUM: ok = v < nchoices(r->choices); break;
 		default: ok = ok || (v >= r->min && v <= r->max); break;
 		}

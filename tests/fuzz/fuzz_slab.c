@@ -327,13 +327,16 @@ static void check_obj(const struct obj *o, const char *when)
 }
 
 /* Where the facade sends a request: the range allocator above SMALL_MAX
- * (64 KiB unless the environment sets it) or for page alignment, the slabs up
- * to 64 KiB, glibc in between when SMALL_MAX is larger. */
+ * (64 KiB unless the environment sets it) or for alignments over a page, the
+ * slabs up to 64 KiB, glibc in between when SMALL_MAX is larger (the range
+ * allocator for page alignment). */
 static enum kind expected_kind(size_t size, size_t align)
 {
-	if (align >= VMAP_PAGE || size > vmap_opt.small_max)
+	if (align > VMAP_PAGE || size > vmap_opt.small_max)
 		return K_LARGE;
-	return size <= VMAP_SLAB_MAX ? K_SLAB : K_OTHER;
+	if (size <= VMAP_SLAB_MAX)
+		return K_SLAB;
+	return align == VMAP_PAGE ? K_LARGE : K_OTHER;
 }
 
 /* Records a new block into o (checked, pattern written); may_be_other: glibc's

@@ -39,7 +39,11 @@ static size_t pow2_ceil(size_t a)
 }
 
 /* 1 if vmapalloc is expected to own an allocation of n bytes at alignment a. */
-static int expect_large(size_t n, size_t a) { return n > vmt_large_above() || a >= 4096; }
+/* Page-aligned blocks the slabs serve are slab objects (vmt_owned). */
+static int expect_large(size_t n, size_t a)
+{
+    return n > vmt_large_above() || a > 4096 || (a == 4096 && !(vmt_builtin() && n <= 65536));
+}
 
 static uint64_t checksum(const void *p, size_t n)
 {

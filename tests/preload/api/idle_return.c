@@ -28,22 +28,6 @@
 #define MIB (1024L * 1024)
 #define BURST 48 /* blocks of 64 KiB .. 1 MiB and of 2 .. 4 MiB */
 
-static long resident_kib(void)
-{
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    long n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    long size, res;
-    if (sscanf(buf, "%ld %ld", &size, &res) != 2)
-        return -1;
-    return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 /* Threads of this process named vmapalloc-purge. */
 static int purgers(void)
 {
@@ -97,10 +81,10 @@ static long burst(unsigned seed)
 /* Waits up to ms for RSS to fall to `below` KiB; returns the last reading. */
 static long wait_rss(long below, long ms)
 {
-    long r = resident_kib();
+    long r = vmt_resident_kib();
     for (long t = 0; t < ms && r > below; t += 50) {
         sleep_ms(50);
-        r = resident_kib();
+        r = vmt_resident_kib();
     }
     return r;
 }
@@ -129,9 +113,9 @@ static void *churn(void *arg)
 
 static int run_bg(void)
 {
-    long base = resident_kib();
+    long base = vmt_resident_kib();
     long bytes = burst(1);
-    long high = resident_kib();
+    long high = vmt_resident_kib();
     CHECK(high - base > bytes / 1024 / 4, "the burst is cached (RSS %ld -> %ld KiB)", base, high);
     CHECK(started_purgers() == 1, "one purger thread after the first large free (%d)", purgers());
     /* Sleeping: no call.  The thread returns it within ~1.5 delays. */
@@ -144,7 +128,7 @@ static int run_bg(void)
     CHECK(pid >= 0, "fork");
     if (pid == 0) {
         CHECK(purgers() == 0, "the child has no purger thread before its first free");
-        long cb = resident_kib();
+        long cb = vmt_resident_kib();
         burst(2);
         CHECK(started_purgers() == 1, "the child's own purger after its first large free");
         long ca = wait_rss(cb + 3 * 1024, 3000);
@@ -194,18 +178,18 @@ static int run_nowork(void)
 
 static int run_inline(void)
 {
-    long base = resident_kib();
+    long base = vmt_resident_kib();
     burst(1);
-    long high = resident_kib();
+    long high = vmt_resident_kib();
     sleep_ms(700); /* three delays and a half: what is cached is due */
-    CHECK(resident_kib() > base + 3 * 1024, "no call, no thread: still cached (%ld KiB)",
-          resident_kib());
+    CHECK(vmt_resident_kib() > base + 3 * 1024, "no call, no thread: still cached (%ld KiB)",
+          vmt_resident_kib());
     for (int i = 0; i < 300; i++) {
         char *volatile q = malloc(24);
         q[0] = 1;
         free(q);
     }
-    long after = resident_kib();
+    long after = vmt_resident_kib();
     CHECK(after <= base + 3 * 1024, "after 300 small calls: RSS %ld KiB (base %ld, burst %ld)",
           after, base, high);
     CHECK(purgers() == 0, "no purger thread without BACKGROUND (%d)", purgers());

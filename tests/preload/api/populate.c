@@ -10,36 +10,17 @@
  * Blocks of 1 MiB, kept live, so that each is carved fresh.
  */
 #define _GNU_SOURCE
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "vmtest.h"
 
 #define MIB (1024L * 1024)
 #define N 32
-
-static long resident_kib(void)
-{
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    long n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    long size, res;
-    if (sscanf(buf, "%ld %ld", &size, &res) != 2)
-        return -1;
-    return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
 
 /* N fresh blocks of 1 MiB, written whole or at their first byte; returns
  * the blocks populated meanwhile. */
 static uint64_t round_of(char **p, int whole, long *grew_kib)
 {
     uint64_t before = CTR("populated");
-    long rss = resident_kib();
+    long rss = vmt_resident_kib();
     for (int i = 0; i < N; i++) {
         p[i] = malloc(vmt_sz(MIB));
         CHECK(p[i] != NULL, "malloc(1 MiB) failed");
@@ -50,7 +31,7 @@ static uint64_t round_of(char **p, int whole, long *grew_kib)
         else
             p[i][0] = (char)(i + 1);
     }
-    *grew_kib = resident_kib() - rss;
+    *grew_kib = vmt_resident_kib() - rss;
     for (int i = 0; i < N; i++)
         if (p[i])
             CHECK(p[i][0] == (char)(i + 1) && (!whole || p[i][MIB - 1] == (char)(i + 1)),

@@ -16,6 +16,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -181,7 +182,8 @@ static size_t vmt_large_above(void)
 }
 
 /* Whether a block of n bytes aligned to a lies in vmapalloc's regions: a
- * large block (see vmt_large_above, or page-aligned), or a builtin slab object. */
+ * large block (see vmt_large_above, or page-aligned: a slab object when the
+ * slabs serve its size), or a builtin slab object. */
 __attribute__((unused))
 static int vmt_owned(size_t n, size_t a)
 {
@@ -248,6 +250,25 @@ static void vmt_run(const char *prog, void (*fn)(void), const char *name)
         printf("%s: %-28s %8.3f s, %lu checks so far\n", prog, name,
                (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9,
                (unsigned long)atomic_load(&vmt_checks));
+}
+
+/* The process's resident memory (VmRSS) in KiB, from /proc/self/statm; -1
+ * if it cannot be read. */
+__attribute__((unused))
+static long vmt_resident_kib(void)
+{
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY);
+    long n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    long size, res;
+    if (sscanf(buf, "%ld %ld", &size, &res) != 2)
+        return -1;
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 __attribute__((unused))
