@@ -533,9 +533,7 @@ static void *aligned(size_t align, size_t size)
 		auto_count();
 		p = small_malloc(size);
 	} else if ((align < VMAP_PAGE || (align == VMAP_PAGE && slab_serves(size))) &&
-		   !is_large(size)) {
-		/* Page alignment: a slab object of a class of whole pages when
-		 * the slabs serve, else a large block (not glibc's memalign). */
+		   !is_large(size)) { /* a page: from whole-page classes if slabs serve */
 		count(VMAP_STAT_small_allocs);
 		auto_count();
 		p = small_memalign(align, size);
