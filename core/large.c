@@ -81,12 +81,14 @@ static void *carve_finish(struct vmap_shard *s, unsigned cpu, uintptr_t a, uint6
 		vmap_stat_add_cpu(cpu, VMAP_STAT_pool_misses, 1);
 		if (!(tag & VMAP_TAG_MMAP)) /* (the policy's sign of refaulting) */
 			__atomic_add_fetch(&vmap_fresh_carves, 1, __ATOMIC_RELAXED);
-		uint64_t n = fill ? pages - !(tag & VMAP_TAG_MMAP) : 0; /* (not the guard page) */
-		if (*zero && n && vmap_opt.populate == 2)
-			n = tag & VMAP_TAG_MMAP ? 0 : vmap_populate_auto(a, n);
-		if (*zero && n && vmap_opt.populate) {
-			vmap_os_madvise((void *)a, n << VMAP_PAGE_SHIFT, MADV_POPULATE_WRITE);
-			vmap_stat_add_cpu(cpu, VMAP_STAT_populated, 1);
+		if (*zero && fill && vmap_opt.populate) {
+			uint64_t n = pages - !(tag & VMAP_TAG_MMAP); /* (not the guard page) */
+			if (vmap_opt.populate == 2) /* auto: malloc blocks only */
+				n = tag & VMAP_TAG_MMAP ? 0 : vmap_populate_auto(a, n);
+			if (n) {
+				vmap_os_madvise((void *)a, n << VMAP_PAGE_SHIFT, MADV_POPULATE_WRITE);
+				vmap_stat_add_cpu(cpu, VMAP_STAT_populated, 1);
+			}
 		}
 		/* The program's mmap, served apart, never takes the cache: its
 		 * fresh pages do not pay for it (CPython's arenas each round

@@ -46,6 +46,7 @@
 /* The watched block: its address's page number above, its pages (at most
  * 2^20 of them are looked at) below; 0 for none. */
 #define WATCH_PAGE_BITS 20
+#define WATCH_PAGES ((1ull << WATCH_PAGE_BITS) - 1)
 static uint64_t watched;
 static uintptr_t watched_block; /* the start of the block watched */
 static uint64_t looks, written; /* decaying sums: 256 a look, and its share written */
@@ -74,13 +75,12 @@ static uint64_t look(uintptr_t a, uint64_t pages, uint64_t *seen)
 /* Takes the watched block's measure, if one is watched. */
 static void measure(void)
 {
-	uint64_t mask = (1ull << WATCH_PAGE_BITS) - 1;
 	uint64_t old = __atomic_exchange_n(&watched, 0, __ATOMIC_RELAXED);
 	if (!old)
 		return;
 	uint64_t seen;
 	uint64_t resident = look((uintptr_t)(old >> WATCH_PAGE_BITS) << VMAP_PAGE_SHIFT,
-				 old & mask, &seen);
+				 old & WATCH_PAGES, &seen);
 	if (!seen)
 		return;
 	/* One look, one sample, whatever its size: the share of its pages
@@ -104,11 +104,11 @@ uint64_t vmap_populate_auto(uintptr_t a, uint64_t pages)
 		n = pages - (tail ? tail : 1);
 	}
 	/* (Another thread's watch set meanwhile is replaced: one look less.) */
-	uint64_t mask = (1ull << WATCH_PAGE_BITS) - 1, w = pages - n;
+	uint64_t w = pages - n;
 	__atomic_store_n(&watched_block, a, __ATOMIC_RELAXED);
 	__atomic_store_n(&watched,
 			 ((uint64_t)(a + (n << VMAP_PAGE_SHIFT)) >> VMAP_PAGE_SHIFT << WATCH_PAGE_BITS) |
-				 (w < mask ? w : mask),
+				 (w < WATCH_PAGES ? w : WATCH_PAGES),
 			 __ATOMIC_RELAXED);
 	return n;
 }
