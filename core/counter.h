@@ -35,6 +35,9 @@ extern int64_t vmap_counter_base[VMAP_STAT_COUNT];
 extern int64_t *vmap_counter_slots; /* NULL in atomic mode */
 extern unsigned vmap_counter_nslots;
 extern int64_t vmap_counter_batch;
+/* The batch of the cached bytes, which the purge reads approximately against
+ * its limit (vmap_counter_set_batch). */
+extern int64_t vmap_counter_batch_cached;
 extern bool vmap_counter_rseq; /* per-CPU adds through rseq (set at the switch) */
 
 void vmap_counter_fold(int64_t *slot, enum vmap_stat s);
@@ -108,6 +111,12 @@ static inline int64_t *vmap_rseq_slot_add(int64_t *slots, enum vmap_stat s, int6
 }
 #endif
 
+/* s is a constant at every call: the choice folds away. */
+static inline int64_t vmap_counter_batch_of(enum vmap_stat s)
+{
+	return s == VMAP_STAT_cached_bytes ? vmap_counter_batch_cached : vmap_counter_batch;
+}
+
 /* Adds d to counter s; cpu is the caller's CPU hint (any value is correct). */
 static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
 {
@@ -116,6 +125,7 @@ static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
 		__atomic_add_fetch(&vmap_counter_base[s], d, __ATOMIC_RELAXED);
 		return;
 	}
+	int64_t batch = vmap_counter_batch_of(s);
 #ifdef VMAP_HAVE_RSEQ
 	if (vmap_counter_rseq) {
 		int64_t *slot = vmap_rseq_slot_add(slots, s, d);
@@ -124,14 +134,14 @@ static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
 			return;
 		}
 		int64_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
-		if (__builtin_expect(v >= vmap_counter_batch || v <= -vmap_counter_batch, 0))
+		if (__builtin_expect(v >= batch || v <= -batch, 0))
 			vmap_counter_rseq_fold(slot, s);
 		return;
 	}
 #endif
 	int64_t *slot = &slots[(cpu % vmap_counter_nslots) * VMAP_STAT_STRIDE + s];
 	int64_t v = __atomic_add_fetch(slot, d, __ATOMIC_RELAXED);
-	if (__builtin_expect(v >= vmap_counter_batch || v <= -vmap_counter_batch, 0))
+	if (__builtin_expect(v >= batch || v <= -batch, 0))
 		vmap_counter_fold(slot, s);
 }
 
@@ -204,8 +214,9 @@ void vmap_stat_reset_peak(void);
 /* Sizes the slots and the batch for ncpu CPUs; without it they are sized from
  * vmap_os_ncpu() on first need (the switch, vmap_counter_set_batch). */
 void vmap_counter_init(unsigned ncpu);
-/* The fold batch, from the purge threshold (large.c, once at init). */
-void vmap_counter_set_batch(uint64_t lazy_max);
+/* The fold batches: of every counter from bytes, of the cached bytes from the
+ * purge's pressure limit (large.c, once at init). */
+void vmap_counter_set_batch(uint64_t bytes, uint64_t limit);
 /* Switches to per-CPU mode (idempotent); false if slots could not be had. */
 bool vmap_counter_go_percpu(void);
 bool vmap_counter_is_percpu(void);

@@ -574,7 +574,8 @@ int vmap_range_init(void)
 					  : (uint64_t)(log2_floor(ncpu) + 1) * (4u << 20);
 	vmap_lazy_limit = vmap_lazy_max;
 	vmap_counter_set_batch(vmap_opt.lazy_max ? vmap_opt.lazy_max
-						: (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20));
+						: (uint64_t)(log2_floor(ncpu) + 1) * (32u << 20),
+			       vmap_lazy_max);
 	vmap_shards_bytes = ((size_t)total * sizeof(struct vmap_shard) + VMAP_PAGE - 1) &
 			    ~(VMAP_PAGE - 1);
 	void *sh = vmap_os_mmap(NULL, vmap_shards_bytes, PROT_READ | PROT_WRITE,

@@ -130,6 +130,30 @@ Test(counter, percpu_small_adds_stay_in_slots_until_the_batch)
 	cr_assert_eq(vmap_stat_read_approx(C), b0 + 100, "negative batches fold too");
 }
 
+Test(counter, cached_bytes_fold_against_the_pressure_limit)
+{
+	vmap_counter_init(2);
+	vmap_counter_set_batch(64u << 20, 8u << 20);
+	cr_assert_eq(vmap_counter_batch, 4 << 20);
+	cr_assert_eq(vmap_counter_batch_cached, 512 << 10, "an eighth of the limit over 2 slots");
+	cr_assert(vmap_counter_go_percpu());
+	enum vmap_stat k = VMAP_STAT_cached_bytes;
+	int64_t b0 = vmap_stat_read_approx(k), c0 = vmap_stat_read_approx(C);
+	/* 1 MiB on each CPU: folded at 512 KiB, whatever CPU the adds ran on;
+	 * the other counters still wait for 4 MiB. */
+	for (unsigned i = 0; i < 16; i++) {
+		vmap_stat_add_cpu(i & 1, k, 128 << 10);
+		vmap_stat_add_cpu(i & 1, C, 128 << 10);
+	}
+	cr_assert_geq(vmap_stat_read_approx(k), b0 + (1 << 20), "the approximate read is within "
+			"a batch per slot of the 2 MiB added");
+	cr_assert_eq(vmap_stat_read_approx(C), c0, "2 MiB stay under a 4 MiB batch");
+	cr_assert_eq(vmap_stat_read(k), b0 + (2 << 20));
+	vmap_stat_add_cpu(0, k, -(2 << 20));
+	vmap_stat_add_cpu(0, C, -(2 << 20));
+	vmap_counter_set_batch(64u << 20, 64u << 20);
+}
+
 Test(counter, any_cpu_hint_is_accepted)
 {
 	vmap_counter_init(2);
