@@ -32,6 +32,13 @@ static struct vmap_heap *heap_all; /* pushed to, never popped: read without a lo
 
 /* ---- heaps ------------------------------------------------------------- */
 
+/* Where in its page a heap starts: not at the page's first line, the L1 set
+ * of every page-aligned object's (slab.h says why, of the descriptors), nor
+ * at any multiple of 512 (the first lines of 512 B..2 KiB objects); its
+ * counts and current slabs are read and written on every malloc and free. */
+#define HEAP_OFFSET 0x840
+_Static_assert(HEAP_OFFSET + sizeof(struct vmap_heap) <= 4096, "a heap fits its page");
+
 static struct vmap_heap *heap_get(void)
 {
 	vmap_lock(&vmap_slab_lock, VMAP_RANK_SLAB);
@@ -41,13 +48,13 @@ static struct vmap_heap *heap_get(void)
 	vmap_unlock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	if (h)
 		return h;
-	size_t len = (sizeof *h + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	size_t len = (HEAP_OFFSET + sizeof *h + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	void *m = vmap_os_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
 			       0);
 	if (vmap_os_is_err(m))
 		return NULL;
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)len);
-	h = m;
+	h = (struct vmap_heap *)((char *)m + HEAP_OFFSET);
 	h->mallocs_left = h->frees_left = VMAP_HEAP_STEP;
 	for (unsigned c = 0; c < NCLASSES; c++)
 		h->cur[c] = &vmap_slab_none;

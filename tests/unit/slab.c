@@ -101,6 +101,35 @@ Test(slab, a_freed_object_is_reused_first, .init = setup)
 	vmap_free(b);
 }
 
+/* The metadata a malloc and a free touch stays off the L1 set of a
+ * page-aligned object's first line (slab.h, slab_heap.c): for slabs at
+ * every 64 KiB unit of a page of descriptors, the descriptor's used lines,
+ * and the heap's counts and current slabs. */
+Test(slab, metadata_stays_off_the_first_line_of_a_page, .init = setup)
+{
+	enum { N = 40 };
+	void *p[N];
+	for (unsigned i = 0; i < N; i++)
+		p[i] = vmap_malloc(65536); /* 4 a slab: slabs at many units */
+	bool at_page_start = false;
+	for (unsigned i = 0; i < N; i++) {
+		struct vmap_slab *d = vmap_slab_at((uintptr_t)p[i]);
+		cr_assert_not_null(d);
+		at_page_start |= ((uintptr_t)d & 4095) == 0;
+		uintptr_t lo = (uintptr_t)&d->head, hi = (uintptr_t)(&d->remote + 1);
+		for (uintptr_t a = lo; a < hi; a += 8)
+			cr_assert_geq(a & 4095, 64, "descriptor field at %p in a page's first line",
+				      (void *)a);
+	}
+	cr_assert(at_page_start, "some slab's descriptor starts a page of descriptors");
+	struct vmap_heap *h = vmap_tls.heap;
+	cr_assert_not_null(h);
+	for (uintptr_t a = (uintptr_t)h; a < (uintptr_t)(h + 1); a += 8)
+		cr_assert_geq(a & 4095, 64, "heap field at %p in a page's first line", (void *)a);
+	for (unsigned i = 0; i < N; i++)
+		vmap_free(p[i]);
+}
+
 /* vmap_slab_index (the division-free check of free, usable size and remote
  * frees): every offset of a slab of every class, carved in full, maps to its
  * object's index at an object's start and to no index below the slab's
