@@ -26,16 +26,23 @@
  *     each block;
  *   - a watched block that goes to the shared cache, where a purge may
  *     release its pages, is looked at as it goes; one that went to its
- *     thread's cache keeps its pages resident until the look.
+ *     thread's cache keeps its pages resident until the look;
+ *   - only blocks of up to twice the largest block a look found mostly
+ *     written are populated: the samples say how the program writes the
+ *     blocks it had, not the next one ten times their size.  mimalloc-bench's
+ *     barnes wrote its first block (19 MiB) whole, and got its next three,
+ *     of 64-250 MiB and mostly never written, populated: 486 MB of peak
+ *     RSS against glibc's 57, and 1.37x glibc's time.
  * A look reads at most LOOK_CHUNKS x LOOK_PAGES pages, spread over the
  * watched part: a few microseconds against the faults a fresh block costs.
  *
  * VMAPALLOC_POPULATE=1 populates every fresh area, the program's own
  * mappings too; 0 none.
  *
- * Owns: the watched block, the decaying sums.  Called by large.c (fresh
- * carves of malloc blocks under auto; never of the program's own mappings,
- * which the kernel does not populate either).
+ * Owns: the watched block, the decaying sums, the largest block proven
+ * written.  Called by large.c (fresh carves of malloc blocks under auto;
+ * never of the program's own mappings, which the kernel does not populate
+ * either).
  */
 #include "range_impl.h"
 
@@ -49,6 +56,8 @@
 #define WATCH_PAGES ((1ull << WATCH_PAGE_BITS) - 1)
 static uint64_t watched;
 static uintptr_t watched_block; /* the start of the block watched */
+static uint64_t watched_whole;  /* its pages, watched or populated */
+static uint64_t proven;         /* pages of the largest block a look found mostly written */
 static uint64_t looks, written; /* decaying sums: 256 a look, and its share written */
 static bool populating;
 
@@ -86,6 +95,9 @@ static void measure(void)
 	/* One look, one sample, whatever its size: the share of its pages
 	 * found resident, in 1/256ths.  Racing updates may lose a look: an
 	 * estimate either way. */
+	uint64_t whole = __atomic_load_n(&watched_whole, __ATOMIC_RELAXED);
+	if (4 * resident >= 3 * seen && whole > __atomic_load_n(&proven, __ATOMIC_RELAXED))
+		__atomic_store_n(&proven, whole, __ATOMIC_RELAXED);
 	uint64_t s = __atomic_load_n(&looks, __ATOMIC_RELAXED);
 	uint64_t r = __atomic_load_n(&written, __ATOMIC_RELAXED);
 	s = s - s / 4 + 256;
@@ -99,13 +111,15 @@ uint64_t vmap_populate_auto(uintptr_t a, uint64_t pages)
 {
 	measure();
 	uint64_t n = 0;
-	if (__atomic_load_n(&populating, __ATOMIC_RELAXED)) {
+	if (__atomic_load_n(&populating, __ATOMIC_RELAXED) &&
+	    pages <= 2 * __atomic_load_n(&proven, __ATOMIC_RELAXED)) {
 		uint64_t tail = pages / 8 < TAIL_MAX ? pages / 8 : TAIL_MAX;
 		n = pages - (tail ? tail : 1);
 	}
 	/* (Another thread's watch set meanwhile is replaced: one look less.) */
 	uint64_t w = pages - n;
 	__atomic_store_n(&watched_block, a, __ATOMIC_RELAXED);
+	__atomic_store_n(&watched_whole, pages, __ATOMIC_RELAXED);
 	__atomic_store_n(&watched,
 			 ((uint64_t)(a + (n << VMAP_PAGE_SHIFT)) >> VMAP_PAGE_SHIFT << WATCH_PAGE_BITS) |
 				 (w < WATCH_PAGES ? w : WATCH_PAGES),

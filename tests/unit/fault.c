@@ -483,6 +483,36 @@ Test(fault, populate_auto_follows_what_the_program_writes)
 		vmap_range_free(p[i], "free");
 }
 
+Test(fault, populate_auto_waits_for_blocks_of_a_size_written)
+{
+	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
+	range_setup(env);
+	fake_reset();
+	size_t small = 512 * KiB, big = 8 * MiB;
+	bool zero;
+	unsigned char *a = vmap_range_alloc(small, VMAP_PAGE, &zero);
+	memset(a, 1, small);
+	unsigned char *b = vmap_range_alloc(small, VMAP_PAGE, &zero);
+	cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), 1, "a block the size of one written");
+	memset(b, 1, small);
+	/* Sixteen times the largest written: watched whole, not populated. */
+	unsigned char *c = vmap_range_alloc(big, VMAP_PAGE, &zero);
+	cr_assert(zero);
+	cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), 1, "a block 16x any written");
+	memset(c, 1, big);
+	/* Written whole: now blocks of its size are populated. */
+	unsigned char *d = vmap_range_alloc(big, VMAP_PAGE, &zero);
+	cr_assert(zero);
+	cr_assert_eq(fake_madvise_calls(MADV_POPULATE_WRITE), 2, "once one of its size was written");
+	struct fake_range r[2];
+	cr_assert_eq(fake_advised(MADV_POPULATE_WRITE, r, 2), 2);
+	cr_assert_eq(r[1].addr, (uintptr_t)d);
+	vmap_range_free(a, "free");
+	vmap_range_free(b, "free");
+	vmap_range_free(c, "free");
+	vmap_range_free(d, "free");
+}
+
 Test(fault, populate_auto_leaves_the_programs_mappings_alone)
 {
 	const char *env[] = {"VMAPALLOC_SHARDS=1", "VMAPALLOC_PURGE_DELAY_MS=0", NULL};
