@@ -3,9 +3,10 @@
  *
  * Requests of up to 64 KiB are rounded to one of 44 size classes (16-byte
  * steps to 128, then four classes per power of two) and served from slabs:
- * blocks of 64 KiB (objects up to 1 KiB) or 256 KiB (up to 64 KiB) that the
- * range allocator hands out aligned to their size, so that they come from
- * the same arena, pools and lazy purge as large blocks.  Each thread has a
+ * blocks of 64 KiB (256 KiB for objects over 1 KiB of a class the thread
+ * uses much: slab_bytes) that the range allocator hands out aligned to their
+ * size, so that they come from the same arena, pools and lazy purge as large
+ * blocks.  Each thread has a
  * heap (mapped, never malloc'd; recycled when threads exit) with, per class,
  * a current slab and lists of its other slabs, partial and full.
  *
@@ -103,20 +104,29 @@ size_t vmap_slab_class_size(unsigned c)
 }
 
 /*
- * A slab's bytes: 64 objects or more of up to 1 KiB, 4 to 204 larger ones.
- * A slab lives as long as one of its objects, with every page its objects
- * touched resident.  Slabs of 1 MiB for objects over 8 KiB held what a
- * thread's few such objects touched, one slab per class, and a program
- * whose short-lived threads pass blocks on (mimalloc-bench's mstress) kept
- * them all: mstressN's peak RSS was 22.5 MB against 19.7 (medians of 21
- * interleaved runs).  Objects of 1-8 KiB keep 256 KiB: with 64 KiB (16
- * objects of 4 KiB) the slab changes of a FIFO of 4 KiB blocks cost 13 more
- * instructions per malloc/free pair (bench/pairs.sh), for 1 MB more off
- * mstressN's peak.
+ * A slab's bytes: 64 KiB; 256 KiB for objects over 1 KiB once the thread has
+ * turned to another slab of their class SMALL_SLABS times (vmap_slab_refill
+ * counts, in the heap, from the thread's start).  A slab lives as long as
+ * one of its objects, with every page its objects touched resident, and a
+ * thread has a slab of every class it uses: a program whose short-lived
+ * threads pass blocks on (mimalloc-bench's mstress) kept a 256 KiB slab per
+ * class and thread for a few dozen objects of 1-64 KiB, and a third of its
+ * peak RSS was theirs (22.6 MB against 15.2 with 64 KiB slabs throughout,
+ * medians of 15 interleaved runs).  But a class in steady use changes slabs
+ * every cap objects when its blocks are freed in the order they were made
+ * (queues, sliding windows): 16 objects of 4 KiB to a slab cost 10 more
+ * instructions a malloc/free pair than 64 (bench/pairs.sh fifo-4096).  So a
+ * class's first slabs are small and, once it has turned 16 times, its new
+ * ones large (and its small ones retired as they empty: vmap_slab_empty).
+ * mstressN: 16.5 MB, pairs.sh as with 256 KiB slabs throughout.
  */
-static size_t slab_bytes(unsigned c)
+#define SMALL_SLABS 16
+
+static size_t slab_bytes(const struct vmap_heap *h, unsigned c)
 {
-	return vmap_slab_class_size(c) <= 1024 ? (64u << 10) : (256u << 10);
+	if (vmap_slab_class_size(c) <= 1024 || h->turns[c] < SMALL_SLABS)
+		return (size_t)64 << 10;
+	return (size_t)256 << 10;
 }
 
 uint8_t vmap_slab_class_tab[VMAP_SLAB_CLASS_SLOTS];
@@ -295,7 +305,7 @@ static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
 {
 	if (!vmap_range_ready())
 		return NULL;
-	size_t bytes = slab_bytes(c);
+	size_t bytes = slab_bytes(h, c);
 	bool zero;
 	void *m = vmap_range_alloc_slab(bytes, &zero);
 	if (!m)
@@ -426,8 +436,9 @@ __attribute__((noinline, cold)) void vmap_slab_reap_abandoned(void)
 
 /*
  * A slab of the owner's that became empty: kept back as the class's spare if
- * it has none and the thread's spares stay within SPARE_MAX (resident memory
- * no purge reaches), else retired.  A program that keeps N blocks of a class
+ * it has none, the thread's spares stay within SPARE_MAX (resident memory
+ * no purge reaches) and it is of the size the class's new slabs now take
+ * (slab_bytes), else retired.  A program that keeps N blocks of a class
  * live and frees them in the order it made them (a FIFO: queues, sliding
  * windows) empties one slab every cap allocations; retiring each at once made
  * the next allocation ask the range allocator for a new slab and carve it
@@ -438,8 +449,8 @@ __attribute__((noinline, cold)) void vmap_slab_reap_abandoned(void)
 void vmap_slab_empty(struct vmap_heap *h, struct vmap_slab *d)
 {
 	unsigned c = d->cls;
-	size_t bytes = slab_bytes(c);
-	if (h->spare[c] || h->spare_bytes + bytes > SPARE_MAX) {
+	size_t bytes = (size_t)d->units << VMAP_SLAB_UNIT_SHIFT;
+	if (h->spare[c] || h->spare_bytes + bytes > SPARE_MAX || bytes < slab_bytes(h, c)) {
 		vmap_slab_retire(d);
 		return;
 	}
@@ -455,7 +466,7 @@ struct vmap_slab *vmap_slab_spare_take(struct vmap_heap *h, unsigned c)
 	struct vmap_slab *d = h->spare[c];
 	if (d) {
 		h->spare[c] = NULL;
-		h->spare_bytes -= slab_bytes(c);
+		h->spare_bytes -= (size_t)d->units << VMAP_SLAB_UNIT_SHIFT;
 	}
 	return d;
 }
@@ -478,6 +489,8 @@ __attribute__((noinline)) struct vmap_slab *vmap_slab_refill(struct vmap_heap *h
 			return d;
 		}
 	}
+	if (h->turns[c] < SMALL_SLABS)
+		h->turns[c]++;
 	if (__atomic_load_n(&h->hint[c], __ATOMIC_RELAXED) != h->hint_seen[c])
 		vmap_slab_rescan_full(h, c);
 	if (__atomic_load_n(&vmap_slab_abandoned_frees, __ATOMIC_RELAXED) -

@@ -135,6 +135,7 @@ struct vmap_heap {
 	size_t spare_bytes;                 /* their bytes, at most SPARE_MAX */
 	uint32_t hint[NCLASSES];      /* atomic: full slabs of this heap whose remote stack filled */
 	uint32_t hint_seen[NCLASSES];
+	uint8_t turns[NCLASSES]; /* slab changes of each class, up to slab.c's SMALL_SLABS */
 	struct vmap_heap *next_free; /* on the recycle list */
 };
 

@@ -185,6 +185,7 @@ void vmap_slab_thread_exit(void)
 			 __ATOMIC_RELAXED);
 	h->mallocs_left = h->frees_left = VMAP_HEAP_STEP;
 	heap_abandon(h);
+	__builtin_memset(h->turns, 0, sizeof h->turns); /* the next thread's slabs start small */
 	vmap_lock(&vmap_slab_lock, VMAP_RANK_SLAB);
 	h->next_free = heap_free_list;
 	heap_free_list = h;

@@ -209,58 +209,87 @@ Test(slab, empty_slabs_other_than_the_current_go_back, .init = setup)
 }
 
 /* Spares are resident memory no purge reaches: a thread keeps at most 1 MiB
- * of them (four slabs of 256 KiB), whatever the number of classes it empties. */
+ * of them (sixteen slabs of 64 KiB), whatever the number of classes it
+ * empties.  Twenty classes of up to 1 KiB (64 KiB slabs), three slabs each:
+ * the current slab of each stays, and sixteen spares. */
 Test(slab, spare_slabs_are_capped_per_thread, .init = setup)
 {
-	static const size_t sizes[] = {2048, 3072, 4096, 6144, 8192}; /* 256 KiB slabs */
-	enum { NS = sizeof sizes / sizeof sizes[0], MAXN = 2 * 128 + 1 };
-	static void *p[NS][MAXN];
+	enum { NS = 20, MAXN = 2 * 4096 + 1 };
+	static void *p[MAXN]; /* (static: not an allocation of its own) */
+	size_t sizes[NS];
+	for (unsigned k = 0; k < NS; k++)
+		sizes[k] = vmap_slab_class_size(k);
+	cr_assert_eq(sizes[NS - 1], 1024, "the twentieth class is 1 KiB's");
 	int64_t s0 = stat_of(VMAP_STAT_slabs_in_use);
 	for (unsigned k = 0; k < NS; k++) {
-		unsigned n = (unsigned)(2 * ((256u << 10) / sizes[k]) + 1); /* 3 slabs, the last current */
+		unsigned n = (unsigned)(2 * ((64u << 10) / sizes[k]) + 1); /* 3 slabs, the last current */
 		for (unsigned i = 0; i < n; i++)
-			p[k][i] = vmap_malloc(sizes[k]);
+			p[i] = vmap_malloc(sizes[k]);
 		for (unsigned i = 0; i < n; i++)
-			vmap_free(p[k][i]);
+			vmap_free(p[i]);
 	}
-	cr_assert_eq(stat_of(VMAP_STAT_slabs_in_use) - s0, NS + 4,
-		     "the current slab of each class and 4 spares: %d",
-		     (int)(stat_of(VMAP_STAT_slabs_in_use) - s0));
+	int64_t n = stat_of(VMAP_STAT_slabs_in_use) - s0;
+	cr_assert_eq(n, NS + 16, "the current slab of each class and 16 spares: %d", (int)n);
+}
+
+/* The sizes of the slabs made while a thread allocates n objects of one size
+ * and keeps them: the first and the last. */
+static void slabs_made_for(size_t size, unsigned n, int64_t *first, int64_t *last)
+{
+	void **p = vmap_malloc(n * sizeof(void *));
+	cr_assert_not_null(p);
+	*first = *last = 0;
+	for (unsigned i = 0; i < n; i++) {
+		int64_t b0 = stat_of(VMAP_STAT_slab_bytes);
+		p[i] = vmap_malloc(size);
+		cr_assert_not_null(p[i]);
+		int64_t grew = stat_of(VMAP_STAT_slab_bytes) - b0;
+		if (grew > 0 && !*first)
+			*first = grew;
+		if (grew > 0)
+			*last = grew;
+	}
+	for (unsigned i = 0; i < n; i++)
+		vmap_free(p[i]);
+	vmap_free(p);
 }
 
 /* A slab lives as long as any of its objects, with every page they touched:
- * objects of up to 1 KiB take slabs of 64 KiB, larger ones 256 KiB (not
- * 1 MiB), so that the few a thread leaves behind hold no more. */
-Test(slab, larger_objects_take_256_kib_slabs, .init = setup)
+ * a thread's first slabs of a class are 64 KiB, so that the few objects of
+ * 1-64 KiB a short-lived thread leaves behind hold no more; a class the
+ * thread keeps needing slabs of takes 256 KiB ones for objects over 1 KiB
+ * (fewer slab changes), and keeps 64 KiB ones for smaller objects. */
+Test(slab, slabs_grow_for_the_classes_a_thread_uses_most, .init = setup)
 {
 	static const struct {
-		size_t size, slab;
-	} cases[] = {{1024, 64 << 10}, {1040, 256 << 10}, {8192, 256 << 10}, {8200, 256 << 10},
-		     {65536, 256 << 10}};
+		size_t size, later;
+	} cases[] = {{1024, 64 << 10}, {1040, 256 << 10}, {8192, 256 << 10}, {65536, 256 << 10}};
 	for (unsigned k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-		int64_t b0 = stat_of(VMAP_STAT_slab_bytes);
-		void *p = vmap_malloc(cases[k].size);
-		cr_assert_not_null(p);
-		cr_assert_eq(stat_of(VMAP_STAT_slab_bytes) - b0, (int64_t)cases[k].slab,
-			     "a %zu-byte object's slab: %lld bytes", cases[k].size,
-			     (long long)(stat_of(VMAP_STAT_slab_bytes) - b0));
-		vmap_free(p);
+		int64_t first, last;
+		/* forty slabs of 64 KiB; after the growth, more than one of 256 */
+		unsigned n = (unsigned)(40 * ((64u << 10) / cases[k].size));
+		slabs_made_for(cases[k].size, n, &first, &last);
+		cr_assert_eq(first, 64 << 10, "a %zu-byte object's first slab: %lld bytes",
+			     cases[k].size, (long long)first);
+		cr_assert_eq(last, (int64_t)cases[k].later, "a %zu-byte object's later slabs: %lld bytes",
+			     cases[k].size, (long long)last);
 	}
 }
 
 /* A window of live blocks freed in the order they were made (a FIFO) empties
  * one slab every cap allocations: the empty slab is kept as the class's spare
  * and reused, instead of going back to the range allocator and a new one
- * being made and carved for the next allocation. */
+ * being made and carved for the next allocation.  (The class's first slabs
+ * are small: once it has grown, the small ones emptied go back.) */
 Test(slab, a_fifo_window_reuses_its_slabs, .init = setup)
 {
 	enum { W = 64, N = 20000 }; /* 4 KiB objects: 64 per 256 KiB slab */
 	static void *p[W];
-	int64_t made = 0;
+	int64_t made = 0, s0 = stat_of(VMAP_STAT_slabs_in_use);
 	for (unsigned i = 0; i < W; i++)
 		p[i] = vmap_malloc(4096);
 	for (unsigned i = 0; i < N; i++) {
-		if (i == 4 * W) /* settled */
+		if (i == 16 * W) /* settled: grown, the small slabs gone */
 			made = stat_of(VMAP_STAT_slabs_made);
 		void *q = vmap_malloc(4096); /* then the oldest goes */
 		memset(q, (int)i, 4096);
@@ -268,6 +297,8 @@ Test(slab, a_fifo_window_reuses_its_slabs, .init = setup)
 		p[i % W] = q;
 	}
 	cr_assert_eq(stat_of(VMAP_STAT_slabs_made), made, "no slab made in the steady state");
+	int64_t n = stat_of(VMAP_STAT_slabs_in_use) - s0;
+	cr_assert_leq(n, 3, "the window in slabs of 256 KiB (two, and the spare): %d", (int)n);
 	for (unsigned i = 0; i < W; i++)
 		vmap_free(p[i]);
 }
