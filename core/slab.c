@@ -6,9 +6,9 @@
  * blocks of 64 KiB (256 KiB for objects over 1 KiB of a class the thread
  * uses much: slab_bytes) that the range allocator hands out aligned to their
  * size, so that they come from the same arena, pools and lazy purge as large
- * blocks.  Each thread has a
- * heap (mapped, never malloc'd; recycled when threads exit) with, per class,
- * a current slab and lists of its other slabs, partial and full.
+ * blocks.  Each thread has a heap (mapped, never malloc'd; recycled when
+ * threads exit) with, per class, a current slab and lists of its other slabs,
+ * partial and full.
  *
  *   malloc: pop the current slab's free list (no lock, no atomic)
  *   free by the owner: push onto the slab's free list (no lock, no atomic)
