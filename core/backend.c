@@ -303,7 +303,7 @@ static bool libc_tables(struct elf_tables *t)
 
 static bool find(const char *object, struct elf_tables *t)
 {
-	if (object[0] == 'l' && str_eq(object, LIBC_SO))
+	if (object[0] == 'l' && str_eq(object, libc_so))
 		return libc_tables(t);
 	*t = (struct elf_tables){.want = object};
 	return dl_iterate_phdr(find_object, t) && tables_ok(t);
@@ -354,11 +354,14 @@ __attribute__((noinline, cold)) static void *resolve(void **slot, const char *na
 	return f;
 }
 
+/* The names beside the code that reads them (section.h VMAP_START_DATA): a
+ * process that allocates resolves malloc, free and realloc at its start. */
 #define RESOLVER(field, name, ret, params, args)                                             \
 	static ret resolve_##field params                                                    \
 	{                                                                                    \
+		static const char fn_name[] VMAP_START_DATA = name;                          \
 		__typeof__(vmap_libc.field) f =                                              \
-			(__typeof__(f))resolve((void **)&vmap_libc.field, name);            \
+			(__typeof__(f))resolve((void **)&vmap_libc.field, fn_name);         \
 		return f args;                                                               \
 	}
 VMAP_LIBC_FUNCTIONS(RESOLVER)

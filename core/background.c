@@ -109,7 +109,7 @@ void vmap_background_kick(void)
 		bg_start();
 }
 
-void vmap_background_stop(void)
+VMAP_START_TEXT void vmap_background_stop(void)
 {
 	uint32_t s = __atomic_load_n(&bg_state, __ATOMIC_ACQUIRE);
 	if (s != BG_RUNNING)

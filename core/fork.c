@@ -40,8 +40,11 @@
  */
 void vmap_fork_register(void)
 {
+	/* (read at every start: section.h VMAP_START_DATA) */
+	static const char libc_so[] VMAP_START_DATA = LIBC_SO;
+	static const char register_atfork[] VMAP_START_DATA = "__register_atfork";
 	int (*reg)(void (*)(void), void (*)(void), void (*)(void), void *) =
-		(__typeof__(reg))vmap_elf_symbol(LIBC_SO, "__register_atfork");
+		(__typeof__(reg))vmap_elf_symbol(libc_so, register_atfork);
 	if (!reg || reg(vmap_fork_prepare, vmap_fork_parent, vmap_fork_child, NULL) != 0)
 		vmap_say("cannot register fork handlers (glibc's __register_atfork): ",
 			 "a child forked while another thread allocates may hang", NULL);

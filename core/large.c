@@ -464,7 +464,7 @@ size_t vmap_range_usable(const void *p, const char *who)
 	return (size_t)((vmap_tag_pages(t) - 1) << VMAP_PAGE_SHIFT);
 }
 
-bool vmap_range_owns(const void *p)
+VMAP_START_TEXT bool vmap_range_owns(const void *p)
 {
 	return vmap_region_of((uintptr_t)p) != NULL;
 }

@@ -52,7 +52,7 @@ static char vmap_opt_str_storage[VMAP_OPT_COUNT][VMAP_STR_MAX];
  * no string option (a read maps a page too). */
 static char vmap_opt_str_unset[1] VMAP_HOT;
 
-static const struct vmap_option_desc vmap_options_table[VMAP_OPT_COUNT] = {
+static const struct vmap_option_desc vmap_options_table[VMAP_OPT_COUNT] VMAP_START_DATA = {
 #define X(NAME, field, type, def, min, max, choices, doc) \
 	{#NAME, choices, T_##type, __builtin_offsetof(struct option_docs, field), \
 	 (uint64_t)(def), (uint64_t)(min), (uint64_t)(max), \
@@ -68,7 +68,7 @@ static uint64_t *opt_slot(enum vmap_option_id id)
 	return (uint64_t *)((char *)&vmap_opt + vmap_options_table[id].offset);
 }
 
-void vmap_options_defaults(void)
+VMAP_START_TEXT void vmap_options_defaults(void)
 {
 	for (int i = 0; i < VMAP_OPT_COUNT; i++) {
 		const struct vmap_option_desc *d = &vmap_options_table[i];
@@ -347,7 +347,7 @@ VMAP_START_TEXT bool vmap_options_in_env(char *const *envp)
 	return false;
 }
 
-int vmap_options_parse(char *const *envp, bool secure)
+VMAP_START_TEXT int vmap_options_parse(char *const *envp, bool secure)
 {
 	vmap_options_defaults();
 	if (secure || !envp)

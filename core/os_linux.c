@@ -517,7 +517,7 @@ uint64_t vmap_os_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t vmap_os_now_ns_syscall(void)
+VMAP_START_TEXT uint64_t vmap_os_now_ns_syscall(void)
 {
 	struct timespec ts = {0, 0};
 	SC(SYS_clock_gettime, CLOCK_MONOTONIC, &ts, 0, 0, 0, 0);

@@ -84,7 +84,7 @@ static void observe_on(void)
 	__atomic_store_n(&vmap_profile_on, true, __ATOMIC_SEQ_CST);
 }
 
-bool vmap_profile_init(void)
+VMAP_START_TEXT bool vmap_profile_init(void)
 {
 	if (!vmap_opt.profile || vmap_profile_on)
 		return false;

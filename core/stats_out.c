@@ -193,7 +193,7 @@ static void on_signal(int sig)
 	errno = saved;
 }
 
-static void install_signal(void)
+VMAP_START_TEXT static void install_signal(void)
 {
 	static const int sigs[] = {0, SIGUSR1, SIGUSR2, SIGPROF};
 	unsigned i = (unsigned)vmap_opt.stats_signal;
@@ -221,7 +221,7 @@ static void install_signal(void)
 	sigaction_fn(sigs[i], &sa, NULL); /* cannot fail: a valid signal and handler */
 }
 
-void vmap_stats_init(void)
+VMAP_START_TEXT void vmap_stats_init(void)
 {
 	vmap_report_start_ns = vmap_os_now_ns_syscall(); /* no vDSO page touched at start */
 	/* Programs may close fd 2 before our destructor runs (coreutils does it
@@ -250,7 +250,7 @@ void vmap_stats_fork_child(void)
 	vmap_timeline_fork_child();
 }
 
-void vmap_stats_at_exit(void)
+VMAP_START_TEXT void vmap_stats_at_exit(void)
 {
 	/* VMAPALLOC_PROFILE=1 alone: the sites are what was asked for, on stderr. */
 	if (!vmap_opt.stats[0] && !vmap_opt.profile)

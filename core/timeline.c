@@ -62,7 +62,7 @@ void vmap_timeline_reset(uint64_t ns)
 	__atomic_store_n(&vmap_timeline_next_ns, ns ? 0 : UINT64_MAX, __ATOMIC_RELAXED);
 }
 
-void vmap_timeline_init(void)
+VMAP_START_TEXT void vmap_timeline_init(void)
 {
 	if (vmap_opt.timeline_ms)
 		vmap_timeline_reset(vmap_opt.timeline_ms * 1000000ull);
