@@ -449,7 +449,7 @@ __attribute__((noinline, cold)) void vmap_slab_reap_abandoned(void)
 void vmap_slab_empty(struct vmap_heap *h, struct vmap_slab *d)
 {
 	unsigned c = d->cls;
-	size_t bytes = (size_t)d->units << VMAP_SLAB_UNIT_SHIFT;
+	size_t bytes = vmap_slab_bytes(d);
 	if (h->spare[c] || h->spare_bytes + bytes > SPARE_MAX || bytes < slab_bytes(h, c)) {
 		vmap_slab_retire(d);
 		return;
@@ -466,7 +466,7 @@ struct vmap_slab *vmap_slab_spare_take(struct vmap_heap *h, unsigned c)
 	struct vmap_slab *d = h->spare[c];
 	if (d) {
 		h->spare[c] = NULL;
-		h->spare_bytes -= (size_t)d->units << VMAP_SLAB_UNIT_SHIFT;
+		h->spare_bytes -= vmap_slab_bytes(d);
 	}
 	return d;
 }

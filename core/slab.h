@@ -102,6 +102,12 @@ static inline uint32_t vmap_slab_used(const struct vmap_slab *d)
 	return (uint32_t)(d->over + d->wake);
 }
 
+/* The bytes of d's slab: 64 or 256 KiB (slab.c slab_bytes). */
+static inline size_t vmap_slab_bytes(const struct vmap_slab *d)
+{
+	return (size_t)d->units << VMAP_SLAB_UNIT_SHIFT;
+}
+
 enum { SLAB_NONE = 0, SLAB_CUR, SLAB_PARTIAL, SLAB_FULL, SLAB_ABANDONED };
 
 /* The owner of a slab that has none (abandoned, or given back): never a

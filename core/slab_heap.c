@@ -120,7 +120,7 @@ void vmap_slab_usage(uint64_t *in_use, uint64_t *rest)
 					    __atomic_load_n(&d->wake, __ATOMIC_RELAXED);
 				if (u > 0)
 					used += (uint64_t)(u < (int32_t)d->cap ? (uint32_t)u : d->cap) * d->size;
-				all += (uint64_t)d->units << VMAP_SLAB_UNIT_SHIFT;
+				all += vmap_slab_bytes(d);
 			}
 		}
 	}
