@@ -27,6 +27,8 @@
  */
 #include "alloc_impl.h"
 
+#include <string.h>
+
 #include "fast.h"
 #include "profile.h"
 #include "pte.h"
@@ -192,7 +194,31 @@ __attribute__((noinline)) void vmap_fast_free_step(struct vmap_heap *h)
 	__atomic_store_n(&h->fast_frees, h->fast_frees + VMAP_HEAP_STEP, __ATOMIC_RELAXED);
 }
 
-__attribute__((noinline, cold)) void *vmap_fast_corrupt(void *next)
+__attribute__((noinline)) void *vmap_fast_kind_step(void *o, enum vmap_fast_kind k, size_t zero)
+{
+	struct vmap_heap *h = vmap_tls.heap;
+	h->kinds_left[k] = VMAP_HEAP_STEP;
+	__atomic_store_n(&h->fast_kinds[k], h->fast_kinds[k] + VMAP_HEAP_STEP, __ATOMIC_RELAXED);
+	vmap_fold_and_tick();
+	return zero ? memset(o, 0, zero) : o;
+}
+
+__attribute__((noinline, cold)) void *vmap_fast_pop_leave(void *o, enum vmap_fast_kind k, size_t zero)
+{
+	vmap_reentry_leave_slow();
+	if (--vmap_tls.heap->kinds_left[k] == 0)
+		return vmap_fast_kind_step(o, k, zero);
+	return zero ? memset(o, 0, zero) : o;
+}
+
+__attribute__((noinline, cold)) void *vmap_fast_pop_empty(void *(*miss)(size_t a, size_t b), size_t a,
+							   size_t b)
+{
+	vmap_reentry_leave_slow();
+	return miss(a, b);
+}
+
+__attribute__((noinline, cold)) void vmap_fast_corrupt(void *next)
 {
 	vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
 }

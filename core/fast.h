@@ -32,8 +32,19 @@ void *vmap_fast_malloc_step(struct vmap_heap *h, void *o) VMAP_HIDDEN;
 void vmap_fast_free_step(struct vmap_heap *h) VMAP_HIDDEN;
 /* The stops of the fast paths' checks (never return): jumped to rather than
  * called, the paths need no stack frame. */
-void *vmap_fast_corrupt(void *next) VMAP_HIDDEN;
+__attribute__((noreturn)) void vmap_fast_corrupt(void *next) VMAP_HIDDEN;
 void vmap_fast_bad_free(struct vmap_slab *d, void *p) VMAP_HIDDEN;
+/* The exits of calloc's and the aligned calls' pop (vmap_fast_pop_via),
+ * each the call's end: leaving the section with something parked, then the
+ * count; a kind's count reaching its step (struct vmap_heap), the fold and
+ * tick (realloc's fast path's too); both clear zero bytes of o and return
+ * it.  The class's current slab empty with something parked: the leave,
+ * then miss(a, b). */
+__attribute__((returns_nonnull)) void *vmap_fast_pop_leave(void *o, enum vmap_fast_kind k,
+							   size_t zero) VMAP_HIDDEN;
+__attribute__((returns_nonnull)) void *vmap_fast_kind_step(void *o, enum vmap_fast_kind k,
+							   size_t zero) VMAP_HIDDEN;
+void *vmap_fast_pop_empty(void *(*miss)(size_t a, size_t b), size_t a, size_t b) VMAP_HIDDEN;
 
 /*
  * The fast paths: a thread with a heap (so seen, past init, slabs on), a slab
@@ -48,6 +59,19 @@ void vmap_fast_bad_free(struct vmap_slab *d, void *p) VMAP_HIDDEN;
  * common case in them, they take about a third fewer instructions a
  * malloc/free pair than the general paths.
  */
+/* vmap_slab_pop, with its stop a jump (vmap_fast_corrupt, which never
+ * returns): no call, so no frame, in the paths. */
+__attribute__((always_inline)) static inline void vmap_fast_take(struct vmap_slab *d, void **o)
+{
+	void *next = o[0];
+	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
+		vmap_fast_corrupt(next);
+	d->free = next;
+	vmap_slab_prefetch(d, next);
+	d->over++;
+	o[1] = NULL; /* the double-free mark */
+}
+
 typedef void *(*vmap_malloc_exit)(size_t size);
 typedef void *(*vmap_malloc_refill_exit)(struct vmap_heap *h, size_t size);
 
@@ -73,15 +97,7 @@ vmap_fast_malloc_via(size_t size, vmap_malloc_exit slow, vmap_malloc_exit refill
 			return refill(size);
 		return fast_refill(h, size);
 	}
-	/* vmap_slab_pop, with its stop a jump (vmap_fast_corrupt): no call, so
-	 * no frame, in the path. */
-	void *next = o[0];
-	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
-		return vmap_fast_corrupt(next);
-	d->free = next;
-	vmap_slab_prefetch(d, next);
-	d->over++;
-	o[1] = NULL; /* the double-free mark */
+	vmap_fast_take(d, o);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return vmap_malloc_fast_leave(h, o);
@@ -99,61 +115,65 @@ __attribute__((always_inline)) static inline void *vmap_fast_malloc(size_t size)
 }
 
 /*
- * calloc's and the aligned calls' fast path (alignments up to 16, which every
- * slab object has): the same pop as malloc's, counted in the heap by kind
- * (fast_callocs, fast_memaligns), with every tick of malloc's.  NULL: not
- * served here (no heap, not a slab size, profiling, re-entered, or the
- * class's current slab is empty): the caller takes its general path, which
- * decides again from the start.
+ * calloc's and the aligned calls' fast path: the same pop as malloc's, from
+ * the class of size (already the alignment at least) that row of
+ * vmap_slab_align_tab gives (the alignment's log2: a class whose objects all
+ * have it; rows up to 4 change nothing, every slab object is 16-aligned),
+ * counted in the heap by kind (VMAP_FAST_CALLOC when zeroed, or MEMALIGN),
+ * with every tick of malloc's.  Anything it does not serve (no heap, not a
+ * slab size, profiling, re-entered, or the class's current slab is empty)
+ * goes to miss(a, b), the caller's general path, which decides again from
+ * the start.  Every exit is a jump, as malloc's are: no stack frame.
  */
-__attribute__((always_inline)) static inline void *vmap_fast_pop(size_t size, size_t align,
-								 uint64_t *count)
+typedef void *(*vmap_pop_exit)(size_t a, size_t b);
+
+__attribute__((always_inline)) static inline void *
+vmap_fast_pop_via(size_t size, unsigned row, bool zeroed, vmap_pop_exit miss, size_t a, size_t b)
 {
 	struct vmap_heap *h = vmap_tls.heap;
-	if (align > 16 && size < align)
-		size = align;
 	if (__builtin_expect(!h || size - 1 >= __atomic_load_n(&vmap_fast_limit, __ATOMIC_RELAXED) ||
 				     vmap_reentered_or_parked(),
 			     0))
-		return NULL;
+		return miss(a, b);
 	unsigned c = vmap_slab_class_fast(size);
-	if (align > 16 && (c = vmap_slab_align_tab[__builtin_ctzll(align) - 5][c]) >= NCLASSES)
-		return NULL;
+	if (!(__builtin_constant_p(row) && row == 0) && (c = vmap_slab_align_tab[row][c]) >= NCLASSES)
+		return miss(a, b);
 	vmap_depth_enter();
 	struct vmap_slab *d = h->cur[c];
 	void **o = (void **)d->free;
-	if (__builtin_expect(o != NULL, 1))
-		vmap_slab_pop(d, o);
-	vmap_depth_leave();
-	if (__builtin_expect(o != NULL, 1)) {
-		uint64_t n = *count + 1;
-		__atomic_store_n(count, n, __ATOMIC_RELAXED);
-		if (__builtin_expect(!(n & 127), 0))
-			vmap_fold_and_tick();
+	if (__builtin_expect(!o, 0)) {
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		if (--vmap_tls.reentry != 0)
+			return vmap_fast_pop_empty(miss, a, b);
+		return miss(a, b);
 	}
-	return o;
+	vmap_fast_take(d, o);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	enum vmap_fast_kind k = zeroed ? VMAP_FAST_CALLOC : VMAP_FAST_MEMALIGN;
+	size_t zero = zeroed ? size : 0;
+	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
+		return vmap_fast_pop_leave(o, k, zero);
+	if (__builtin_expect(--h->kinds_left[k] == 0, 0))
+		return vmap_fast_kind_step(o, k, zero);
+	return zeroed ? __builtin_memset(o, 0, size) : (void *)o;
 }
 
 __attribute__((always_inline)) static inline void *vmap_fast_calloc(size_t n, size_t size)
 {
 	size_t total;
-	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(!__builtin_mul_overflow(n, size, &total) && h, 1)) {
-		void *p = vmap_fast_pop(total, 0, &h->fast_callocs);
-		if (__builtin_expect(p != NULL, 1))
-			return __builtin_memset(p, 0, total);
-	}
-	return vmap_calloc(n, size);
+	if (__builtin_expect(__builtin_mul_overflow(n, size, &total), 0))
+		return vmap_calloc(n, size);
+	return vmap_fast_pop_via(total, 0, true, vmap_calloc, n, size);
 }
 
-/* An object for an aligned call whose alignment the caller has checked to
- * be a power of two up to 4 KiB (up to 16: every slab object's; larger: a
- * class whose objects all have it, vmap_slab_align_tab), counted as such;
- * NULL: not here. */
-__attribute__((always_inline)) static inline void *vmap_fast_aligned(size_t size, size_t align)
+/* The aligned calls, the alignment a power of two up to 4 KiB that the
+ * caller has checked (any up to 16 for memalign: 16 here), with their
+ * general paths. */
+__attribute__((always_inline)) static inline void *vmap_fast_aligned(size_t align, size_t size,
+								     vmap_pop_exit miss)
 {
-	struct vmap_heap *h = vmap_tls.heap;
-	return __builtin_expect(h != NULL, 1) ? vmap_fast_pop(size, align, &h->fast_memaligns) : NULL;
+	return vmap_fast_pop_via(size < align ? align : size, (unsigned)__builtin_ctzll(align), false,
+				 miss, align, size);
 }
 
 /*
@@ -181,10 +201,8 @@ __attribute__((always_inline)) static inline void *vmap_fast_realloc(void *p, si
 				     (uintptr_t)((void **)p)[1] == (vmap_slab_key ^ a),
 			     0))
 		return vmap_realloc(p, size);
-	uint64_t n = h->fast_reallocs + 1;
-	__atomic_store_n(&h->fast_reallocs, n, __ATOMIC_RELAXED);
-	if (__builtin_expect(!(n & 127), 0))
-		vmap_fold_and_tick();
+	if (__builtin_expect(--h->kinds_left[VMAP_FAST_REALLOC] == 0, 0))
+		return vmap_fast_kind_step(p, VMAP_FAST_REALLOC, 0);
 	return p;
 }
 

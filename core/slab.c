@@ -130,7 +130,7 @@ static size_t slab_bytes(const struct vmap_heap *h, unsigned c)
 }
 
 uint8_t vmap_slab_class_tab[VMAP_SLAB_CLASS_SLOTS];
-uint8_t vmap_slab_align_tab[VMAP_SLAB_ALIGNS][NCLASSES];
+uint8_t vmap_slab_align_tab[VMAP_SLAB_ALIGNS][64];
 
 void vmap_slab_init(void)
 {
@@ -151,7 +151,7 @@ void vmap_slab_init(void)
 		vmap_slab_class_tab[i] = (uint8_t)vmap_slab_class(i * 16);
 	for (unsigned k = 0; k < VMAP_SLAB_ALIGNS; k++)
 		for (unsigned c = NCLASSES, from = NCLASSES; from-- > 0;) {
-			if (!(vmap_slab_class_size(from) % (32u << k)))
+			if (!(vmap_slab_class_size(from) % (1u << k)))
 				c = from;
 			vmap_slab_align_tab[k][from] = (uint8_t)c;
 		}

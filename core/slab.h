@@ -116,6 +116,9 @@ enum { SLAB_NONE = 0, SLAB_CUR, SLAB_PARTIAL, SLAB_FULL, SLAB_ABANDONED };
  * own.  Never dereferenced. */
 #define VMAP_SLAB_ORPHAN ((struct vmap_heap *)(uintptr_t)1)
 
+/* The fast paths' calls other than malloc and free, counted by kind. */
+enum vmap_fast_kind { VMAP_FAST_CALLOC, VMAP_FAST_MEMALIGN, VMAP_FAST_REALLOC, VMAP_FAST_KINDS };
+
 /* A thread's heap: per class, the slab it allocates from and its others. */
 struct vmap_heap {
 	/* Mallocs and frees served by the fast paths (alloc.c), counted here
@@ -131,8 +134,11 @@ struct vmap_heap {
 	 * counting. */
 	uint64_t fast_mallocs, fast_frees;
 	int32_t mallocs_left, frees_left;
-	uint64_t fast_callocs, fast_memaligns; /* calloc's and the aligned calls' (not in fast_mallocs) */
-	uint64_t fast_reallocs; /* reallocs kept in place by realloc's fast path */
+	/* The same for calloc's, the aligned calls' (neither in fast_mallocs)
+	 * and the reallocs kept in place by realloc's fast path, by
+	 * enum vmap_fast_kind. */
+	int32_t kinds_left[VMAP_FAST_KINDS];
+	uint64_t fast_kinds[VMAP_FAST_KINDS];
 	struct vmap_heap *all_next; /* every heap ever made (vmap_slab_fast_counts) */
 	struct vmap_slab *cur[NCLASSES];     /* never NULL: &vmap_slab_none when there is none */
 	struct vmap_slab *partial[NCLASSES]; /* doubly linked through next/prev */
@@ -172,13 +178,14 @@ static inline unsigned vmap_slab_class_fast(size_t size)
 	return vmap_slab_class_tab[(size + 15) >> 4];
 }
 
-/* The aligned calls' classes: for alignment 32 << k (k < VMAP_SLAB_ALIGNS,
- * up to 4 KiB: larger alignments go to the range allocator) and class c, the
+/* The aligned calls' classes: for alignment 1 << k (k < VMAP_SLAB_ALIGNS, up
+ * to 4 KiB: larger alignments go to the range allocator) and class c, the
  * first class from c on whose size is a multiple of the alignment (so are
  * its objects' addresses: slabs start 64 KiB-aligned), or NCLASSES when none
- * is (the fast path's and vmap_slab_memalign's). */
-#define VMAP_SLAB_ALIGNS 8
-extern uint8_t vmap_slab_align_tab[VMAP_SLAB_ALIGNS][NCLASSES] VMAP_HIDDEN;
+ * is; c itself for k up to 4 (every object is 16-aligned).  Rows of 64, for
+ * the fast path's index (fast.h, vmap_slab_memalign). */
+#define VMAP_SLAB_ALIGNS 13
+extern uint8_t vmap_slab_align_tab[VMAP_SLAB_ALIGNS][64] VMAP_HIDDEN;
 
 /* Every heap's fast-path counts (approximate for other running threads):
  * allocations of every kind and frees; of the allocations, calloc's and the

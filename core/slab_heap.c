@@ -56,6 +56,8 @@ static struct vmap_heap *heap_get(void)
 	vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)len);
 	h = (struct vmap_heap *)((char *)m + HEAP_OFFSET);
 	h->mallocs_left = h->frees_left = VMAP_HEAP_STEP;
+	for (unsigned k = 0; k < VMAP_FAST_KINDS; k++)
+		h->kinds_left[k] = VMAP_HEAP_STEP;
 	for (unsigned c = 0; c < NCLASSES; c++)
 		h->cur[c] = &vmap_slab_none;
 	h->all_next = __atomic_load_n(&heap_all, __ATOMIC_RELAXED);
@@ -70,13 +72,15 @@ void vmap_slab_fast_counts(uint64_t *allocs, uint64_t *frees)
 	uint64_t m = 0, f = 0;
 	for (struct vmap_heap *h = __atomic_load_n(&heap_all, __ATOMIC_ACQUIRE); h; h = h->all_next) {
 		m += __atomic_load_n(&h->fast_mallocs, __ATOMIC_RELAXED) +
-		     __atomic_load_n(&h->fast_callocs, __ATOMIC_RELAXED) +
-		     __atomic_load_n(&h->fast_memaligns, __ATOMIC_RELAXED);
+		     __atomic_load_n(&h->fast_kinds[VMAP_FAST_CALLOC], __ATOMIC_RELAXED) +
+		     __atomic_load_n(&h->fast_kinds[VMAP_FAST_MEMALIGN], __ATOMIC_RELAXED);
 		f += __atomic_load_n(&h->fast_frees, __ATOMIC_RELAXED);
 	}
 	struct vmap_heap *own = vmap_tls.heap; /* its counts' rest: this thread's own */
 	if (own) {
-		m += (uint64_t)(VMAP_HEAP_STEP - own->mallocs_left);
+		m += (uint64_t)(VMAP_HEAP_STEP - own->mallocs_left) +
+		     (uint64_t)(VMAP_HEAP_STEP - own->kinds_left[VMAP_FAST_CALLOC]) +
+		     (uint64_t)(VMAP_HEAP_STEP - own->kinds_left[VMAP_FAST_MEMALIGN]);
 		f += (uint64_t)(VMAP_HEAP_STEP - own->frees_left);
 	}
 	*allocs = m;
@@ -85,15 +89,17 @@ void vmap_slab_fast_counts(uint64_t *allocs, uint64_t *frees)
 
 void vmap_slab_fast_kinds(uint64_t *callocs, uint64_t *memaligns, uint64_t *reallocs)
 {
-	uint64_t c = 0, a = 0, r = 0;
-	for (struct vmap_heap *h = __atomic_load_n(&heap_all, __ATOMIC_ACQUIRE); h; h = h->all_next) {
-		c += __atomic_load_n(&h->fast_callocs, __ATOMIC_RELAXED);
-		a += __atomic_load_n(&h->fast_memaligns, __ATOMIC_RELAXED);
-		r += __atomic_load_n(&h->fast_reallocs, __ATOMIC_RELAXED);
-	}
-	*callocs = c;
-	*memaligns = a;
-	*reallocs = r;
+	uint64_t n[VMAP_FAST_KINDS] = {0};
+	for (struct vmap_heap *h = __atomic_load_n(&heap_all, __ATOMIC_ACQUIRE); h; h = h->all_next)
+		for (unsigned k = 0; k < VMAP_FAST_KINDS; k++)
+			n[k] += __atomic_load_n(&h->fast_kinds[k], __ATOMIC_RELAXED);
+	struct vmap_heap *own = vmap_tls.heap;
+	if (own)
+		for (unsigned k = 0; k < VMAP_FAST_KINDS; k++)
+			n[k] += (uint64_t)(VMAP_HEAP_STEP - own->kinds_left[k]);
+	*callocs = n[VMAP_FAST_CALLOC];
+	*memaligns = n[VMAP_FAST_MEMALIGN];
+	*reallocs = n[VMAP_FAST_REALLOC];
 }
 
 /* mallinfo's view of the slabs: bytes of objects in use (frees waiting on a
@@ -184,6 +190,12 @@ void vmap_slab_thread_exit(void)
 	__atomic_store_n(&h->fast_frees, h->fast_frees + (uint64_t)(VMAP_HEAP_STEP - h->frees_left),
 			 __ATOMIC_RELAXED);
 	h->mallocs_left = h->frees_left = VMAP_HEAP_STEP;
+	for (unsigned k = 0; k < VMAP_FAST_KINDS; k++) {
+		__atomic_store_n(&h->fast_kinds[k],
+				 h->fast_kinds[k] + (uint64_t)(VMAP_HEAP_STEP - h->kinds_left[k]),
+				 __ATOMIC_RELAXED);
+		h->kinds_left[k] = VMAP_HEAP_STEP;
+	}
 	heap_abandon(h);
 	__builtin_memset(h->turns, 0, sizeof h->turns); /* the next thread's slabs start small */
 	vmap_lock(&vmap_slab_lock, VMAP_RANK_SLAB);
@@ -217,7 +229,7 @@ void *vmap_slab_memalign(size_t align, size_t size)
 	 * page: the caller's). */
 	unsigned c = vmap_slab_class(size > align ? size : align);
 	if (align > 16)
-		c = vmap_slab_align_tab[__builtin_ctzll(align) - 5][c];
+		c = vmap_slab_align_tab[__builtin_ctzll(align)][c];
 	return c < NCLASSES ? vmap_slab_take(h, c) : NULL;
 }
 

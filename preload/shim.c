@@ -28,28 +28,36 @@ EXPORT void free(void *p) { vmap_fast_free(p); }
 EXPORT void *calloc(size_t n, size_t size) { return vmap_fast_calloc(n, size); }
 EXPORT void *realloc(void *p, size_t size) { return vmap_fast_realloc(p, size); }
 EXPORT void *reallocarray(void *p, size_t n, size_t size) { return vmap_reallocarray(p, n, size); }
+/* A general path for the fast one's misses: the pointer, or NULL with
+ * errno ENOMEM (vmap_posix_memalign sets it). */
+static void *posix_memalign_general(size_t align, size_t size)
+{
+	void *p;
+	return vmap_posix_memalign(&p, align, size) ? NULL : p;
+}
+
 EXPORT int posix_memalign(void **out, size_t align, size_t size)
 {
-	void *p; /* the powers of two from 8 (sizeof(void *)) to 4 KiB */
-	if (align >= 8 && align <= 4096 && !(align & (align - 1)) && (p = vmap_fast_aligned(size, align))) {
-		*out = p;
-		return 0;
-	}
-	return vmap_posix_memalign(out, align, size);
+	if (!(align >= 8 && align <= 4096 && !(align & (align - 1)))) /* 8: sizeof(void *) */
+		return vmap_posix_memalign(out, align, size);
+	void *p = vmap_fast_aligned(align, size, posix_memalign_general);
+	if (!p)
+		return ENOMEM;
+	*out = p;
+	return 0;
 }
 EXPORT void *aligned_alloc(size_t align, size_t size)
 {
-	void *p;
-	if (align && align <= 4096 && !(align & (align - 1)) && (p = vmap_fast_aligned(size, align)))
-		return p;
+	if (align && align <= 4096 && !(align & (align - 1)))
+		return vmap_fast_aligned(align, size, vmap_aligned_alloc);
 	return vmap_aligned_alloc(align, size);
 }
 EXPORT void *memalign(size_t align, size_t size)
 {
-	void *p; /* any alignment up to 16: glibc rounds it up to a power of two */
-	if ((align <= 16 || (align <= 4096 && !(align & (align - 1)))) &&
-	    (p = vmap_fast_aligned(size, align)))
-		return p;
+	if (align <= 16) /* any alignment up to 16: glibc rounds it up to a power of two */
+		return vmap_fast_pop_via(size, 0, false, vmap_memalign, align, size);
+	if (align <= 4096 && !(align & (align - 1)))
+		return vmap_fast_aligned(align, size, vmap_memalign);
 	return vmap_memalign(align, size);
 }
 EXPORT void *valloc(size_t size) { return vmap_valloc(size); }
