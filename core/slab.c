@@ -322,6 +322,7 @@ static struct vmap_slab *slab_new(struct vmap_heap *h, unsigned c)
 	d->owner = h;
 	d->start = (uintptr_t)m;
 	d->size = size;
+	d->ahead = size & 4095 ? 0 : 64; /* vmap_slab_prefetch */
 	d->cap = (uint32_t)(bytes / size);
 	d->span = d->cap * size;
 	d->over = 0;
