@@ -149,7 +149,8 @@ static inline void vmap_stat_add_cpu(unsigned cpu, enum vmap_stat s, int64_t d)
  * Figures on the hottest paths that nothing decides on while the program runs
  * (calls per entry point, large allocation and free counts, blocks in use,
  * bytes allocated, pool hits) are first kept in plain per-thread deltas and
- * folded into the counters every VMAP_LOCAL_BATCH events, at thread exit and
+ * folded into the counters every VMAP_LOCAL_BATCH events (an event: one
+ * figure's add, or one call's adds together), at thread exit and
  * before any read by this thread: a plain add instead of an atomic
  * read-modify-write (bench fix_size_1 on the range path: 10 atomic adds per
  * malloc/free pair became 4).  Other threads' unfolded deltas (fewer than
@@ -189,12 +190,26 @@ int64_t vmap_counter_direct_pending(enum vmap_stat s);
  * destructors) folds at once. */
 void vmap_counter_thread_exit(void);
 
-static inline void vmap_stat_add_local(enum vmap_stat s, int64_t d)
+/* A delta without an event of its own: a call that adds several figures
+ * adds them quietly, then counts one event (vmap_stat_local_event), so that
+ * it pays the event's decrement and test, and its share of the folds, once
+ * (the dirty bits of adjacent adds merge into one or). */
+static inline void vmap_stat_add_quiet(enum vmap_stat s, int64_t d)
 {
 	vmap_local.n[s] += d;
 	vmap_local.dirty |= 1ull << s;
+}
+
+static inline void vmap_stat_local_event(void)
+{
 	if (__builtin_expect(--vmap_local.budget < 0, 0))
 		vmap_counter_flush_local();
+}
+
+static inline void vmap_stat_add_local(enum vmap_stat s, int64_t d)
+{
+	vmap_stat_add_quiet(s, d);
+	vmap_stat_local_event();
 }
 
 static inline void vmap_stat_inc_local(enum vmap_stat s)

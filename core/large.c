@@ -238,9 +238,9 @@ static inline __attribute__((always_inline)) void *range_alloc(size_t size, size
 		/* A pooled area: resident, dirty, exactly this size. */
 		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
 		publish_live(e, vmap_tag_shard(e->tag), pages, big);
-		vmap_stat_add_local(VMAP_STAT_pool_hits, 1);
+		vmap_stat_add_quiet(VMAP_STAT_pool_hits, 1);
 		if (from == VMAP_STAT_thread_cached_bytes) /* (the purge does not read it) */
-			vmap_stat_add_local(from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
+			vmap_stat_add_quiet(from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
 		else
 			vmap_stat_add_cpu(cpu, from, -(int64_t)(pages << VMAP_PAGE_SHIFT));
 		*zero = false;
@@ -254,10 +254,11 @@ static inline __attribute__((always_inline)) void *range_alloc(size_t size, size
 			return NULL;
 	}
 	int64_t usable = (int64_t)((pages - 1) << VMAP_PAGE_SHIFT);
-	vmap_stat_add_local(VMAP_STAT_large_allocs, 1);
-	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, 1);
-	vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, usable);
-	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, usable);
+	vmap_stat_add_quiet(VMAP_STAT_large_allocs, 1);
+	vmap_stat_add_quiet(VMAP_STAT_large_blocks_in_use, 1);
+	vmap_stat_add_quiet(VMAP_STAT_large_bytes_allocated, usable);
+	vmap_stat_add_quiet(VMAP_STAT_large_bytes_in_use, usable);
+	vmap_stat_local_event();
 	note_peak(pages);
 #ifdef VMAP_DEBUG
 	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
@@ -309,14 +310,6 @@ struct vmap_pte *vmap_live_pte(const void *p, const char *who, uint64_t *tag,
 	if (region)
 		*region = ref.region;
 	return ref.pte;
-}
-
-/* The counters of a large block freed (its usable bytes: all but the guard). */
-void vmap_count_large_free(int64_t usable)
-{
-	vmap_stat_add_local(VMAP_STAT_large_frees, 1);
-	vmap_stat_add_local(VMAP_STAT_large_blocks_in_use, -1);
-	vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, -usable);
 }
 
 static __thread uint32_t vmap_cached_frees;
@@ -393,8 +386,8 @@ static inline __attribute__((always_inline)) void range_free(void *p, const char
 		/* In this thread's cache: outside the purge's reach and budget; no
 		 * CPU number, clock or lock needed.  The age purge is looked at on
 		 * every 64th such free (it is looked at on every other free). */
+		vmap_stat_add_quiet(VMAP_STAT_thread_cached_bytes, bytes); /* (counted with:) */
 		vmap_count_large_free(bytes - (int64_t)VMAP_PAGE);
-		vmap_stat_add_local(VMAP_STAT_thread_cached_bytes, bytes);
 		if (!(++vmap_cached_frees & 63))
 			vmap_purge_maybe(vmap_os_now_ns());
 		return;

@@ -85,9 +85,18 @@ extern bool vmap_guard_on;
 void vmap_pools_to_runs_locked(struct vmap_shard *s);
 size_t vmap_fit_reservation(size_t want, bool *tight);
 unsigned vmap_tight_setup(unsigned n);
-void vmap_count_large_free(int64_t usable);
 struct vmap_pte *vmap_live_pte(const void *p, const char *who, uint64_t *tag,
 				 struct vmap_region **region);
+
+/* The counters of a large block freed (its usable bytes: all but the guard),
+ * with whatever the caller added quietly before: one event. */
+static inline void vmap_count_large_free(int64_t usable)
+{
+	vmap_stat_add_quiet(VMAP_STAT_large_frees, 1);
+	vmap_stat_add_quiet(VMAP_STAT_large_blocks_in_use, -1);
+	vmap_stat_add_quiet(VMAP_STAT_large_bytes_in_use, -usable);
+	vmap_stat_local_event();
+}
 
 static inline unsigned log2_floor(uint64_t x)
 {
