@@ -221,7 +221,8 @@ static inline unsigned vmap_slab_class(size_t size)
  * a jump around it. */
 static inline void vmap_slab_prefetch(const struct vmap_slab *d, const void *next)
 {
-	__builtin_prefetch((const char *)next + d->ahead, 1);
+	/* (in integers: next may be NULL, and NULL + 0 is undefined in C) */
+	__builtin_prefetch((const void *)((uintptr_t)next + d->ahead), 1);
 }
 
 /* The owner, in a section: takes o, the first object of d's free list, off
