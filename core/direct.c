@@ -218,7 +218,7 @@ __attribute__((noinline, cold)) void *vmap_fast_pop_empty(void *(*miss)(size_t a
 	return miss(a, b);
 }
 
-__attribute__((noinline, cold)) void vmap_fast_corrupt(void *next)
+__attribute__((noinline, cold)) void *vmap_fast_corrupt(void *next)
 {
 	vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
 }

@@ -32,7 +32,7 @@ void *vmap_fast_malloc_step(struct vmap_heap *h, void *o) VMAP_HIDDEN;
 void vmap_fast_free_step(struct vmap_heap *h) VMAP_HIDDEN;
 /* The stops of the fast paths' checks (never return): jumped to rather than
  * called, the paths need no stack frame. */
-__attribute__((noreturn)) void vmap_fast_corrupt(void *next) VMAP_HIDDEN;
+void *vmap_fast_corrupt(void *next) VMAP_HIDDEN;
 void vmap_fast_bad_free(struct vmap_slab *d, void *p) VMAP_HIDDEN;
 /* The exits of calloc's and the aligned calls' pop (vmap_fast_pop_via),
  * each the call's end: leaving the section with something parked, then the
@@ -59,19 +59,6 @@ void *vmap_fast_pop_empty(void *(*miss)(size_t a, size_t b), size_t a, size_t b)
  * common case in them, they take about a third fewer instructions a
  * malloc/free pair than the general paths.
  */
-/* vmap_slab_pop, with its stop a jump (vmap_fast_corrupt, which never
- * returns): no call, so no frame, in the paths. */
-__attribute__((always_inline)) static inline void vmap_fast_take(struct vmap_slab *d, void **o)
-{
-	void *next = o[0];
-	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
-		vmap_fast_corrupt(next);
-	d->free = next;
-	vmap_slab_prefetch(d, next);
-	d->over++;
-	o[1] = NULL; /* the double-free mark */
-}
-
 typedef void *(*vmap_malloc_exit)(size_t size);
 typedef void *(*vmap_malloc_refill_exit)(struct vmap_heap *h, size_t size);
 
@@ -97,7 +84,9 @@ vmap_fast_malloc_via(size_t size, vmap_malloc_exit slow, vmap_malloc_exit refill
 			return refill(size);
 		return fast_refill(h, size);
 	}
-	vmap_fast_take(d, o);
+	void *bad = vmap_slab_pop_checked(d, o); /* its stop a jump: no frame */
+	if (__builtin_expect(bad != NULL, 0))
+		return vmap_fast_corrupt(bad);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (__builtin_expect(--vmap_tls.reentry != 0, 0))
 		return vmap_malloc_fast_leave(h, o);
@@ -147,7 +136,9 @@ vmap_fast_pop_via(size_t size, unsigned row, bool zeroed, vmap_pop_exit miss, si
 			return vmap_fast_pop_empty(miss, a, b);
 		return miss(a, b);
 	}
-	vmap_fast_take(d, o);
+	void *bad = vmap_slab_pop_checked(d, o); /* its stop a jump: no frame */
+	if (__builtin_expect(bad != NULL, 0))
+		return vmap_fast_corrupt(bad);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	enum vmap_fast_kind k = zeroed ? VMAP_FAST_CALLOC : VMAP_FAST_MEMALIGN;
 	size_t zero = zeroed ? size : 0;
@@ -167,8 +158,7 @@ __attribute__((always_inline)) static inline void *vmap_fast_calloc(size_t n, si
 }
 
 /* The aligned calls, the alignment a power of two up to 4 KiB that the
- * caller has checked (any up to 16 for memalign: 16 here), with their
- * general paths. */
+ * caller has checked, with their general paths. */
 __attribute__((always_inline)) static inline void *vmap_fast_aligned(size_t align, size_t size,
 								     vmap_pop_exit miss)
 {

@@ -226,16 +226,26 @@ static inline void vmap_slab_prefetch(const struct vmap_slab *d, const void *nex
 }
 
 /* The owner, in a section: takes o, the first object of d's free list, off
- * it.  A link that leaves the slab was written by the program after free. */
-static inline void vmap_slab_pop(struct vmap_slab *d, void **o)
+ * it, and returns NULL; or, when o's link leaves the slab (written by the
+ * program after free), takes nothing and returns the link, for the caller
+ * to stop on (vmap_slab_pop; the fast paths jump to their stop). */
+static inline void *vmap_slab_pop_checked(struct vmap_slab *d, void **o)
 {
 	void *next = o[0];
 	if (__builtin_expect((uintptr_t)next - d->start >= d->span, 0) && next)
-		vmap_slab_die("malloc", next, "heap corruption: a freed object was overwritten");
+		return next;
 	d->free = next;
 	vmap_slab_prefetch(d, next);
 	d->over++;
 	o[1] = NULL; /* the double-free mark */
+	return NULL;
+}
+
+static inline void vmap_slab_pop(struct vmap_slab *d, void **o)
+{
+	void *bad = vmap_slab_pop_checked(d, o);
+	if (__builtin_expect(bad != NULL, 0))
+		vmap_slab_die("malloc", bad, "heap corruption: a freed object was overwritten");
 }
 
 /* Pops an object of class c; NULL when no slab could be had.  The caller
