@@ -67,14 +67,6 @@ __attribute__((noinline)) void vmap_fold_and_tick(void)
 	}
 }
 
-static inline void count(enum vmap_stat s)
-{
-	vmap_local.n[s]++;
-	vmap_local.dirty |= 1ull << s;
-	if (__builtin_expect(--vmap_local.budget < 0, 0))
-		vmap_fold_and_tick();
-}
-
 /* ---- small backend ------------------------------------------------------ */
 
 static void *small_refused(size_t size);

@@ -52,6 +52,15 @@ void *vmap_malloc_general(size_t size) VMAP_HIDDEN;
 void vmap_free_general(void *p) VMAP_HIDDEN;
 void vmap_fold_and_tick(void) VMAP_HIDDEN;
 
+/* One figure of one event: a call counted, the fold's countdown stepped. */
+static inline void count(enum vmap_stat s)
+{
+	vmap_local.n[s]++;
+	vmap_local.dirty |= 1ull << s;
+	if (__builtin_expect(--vmap_local.budget < 0, 0))
+		vmap_fold_and_tick();
+}
+
 /* Three figures of one event (a call, small, which allocator): one fold
  * countdown. */
 static inline void count3(enum vmap_stat a, enum vmap_stat b, enum vmap_stat c)

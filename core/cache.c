@@ -43,57 +43,30 @@
  *  - After the thread's key destructor ran, the thread never caches again
  *    (glibc frees after destructors: those go straight to the shards).
  *
- * Called by: large.c (alloc and free fast paths), alloc.c (thread exit, trim).
+ * Called by: large.c (alloc and free fast paths), alloc.c (thread exit, trim);
+ * express.c takes hits itself through cache_impl.h.
  */
-#include "cache.h"
+#include "cache_impl.h"
 
 #include <sys/mman.h>
 
 #include "counter.h"
 #include "options.h"
 
-#define CACHE_MAX_PAGES VMAP_CACHE_MAX_PAGES
-
-struct vmap_tcache {
-	struct vmap_tcache *next_free; /* on the recycle list */
-	struct vmap_tcache *next_all;  /* on the list of every cache made */
-	uint32_t lock;     /* with a purger thread: owner's operations vs its reaping */
-	uint64_t seen;     /* vmap_cache_clock_ns at the owner's last operation */
-	uint64_t epoch;
-	uint64_t bytes;
-	uint64_t pops;     /* allocations served since the last full drain */
-	bool consumer;     /* frees but does not allocate: cache nothing */
-	int home;          /* shard of the last refill: frees of its areas stay here */
-	/* The hot area: [hot, hot + hot_pages), CACHED, or when hot_lent is not
-	 * 0 its first hot_lent pages are a live block and the rest (if any) is
-	 * a CACHED area at hot + hot_lent.  Cached pages count in `bytes`. */
-	uintptr_t hot;
-	uint64_t hot_pages, hot_lent;
-	uint16_t count[CACHE_MAX_PAGES + 1];
-	uintptr_t slot[]; /* per class: cap(class) entries at off(class) */
-};
-
-static uint16_t cache_cap[CACHE_MAX_PAGES + 1];
-static uint32_t cache_off[CACHE_MAX_PAGES + 1];
+uint16_t vmap_cache_cap[CACHE_MAX_PAGES + 1];
+uint32_t vmap_cache_off[CACHE_MAX_PAGES + 1];
 static size_t cache_bytes_each;
-static uint64_t cache_byte_cap;
+uint64_t vmap_cache_byte_cap;
 static bool cache_on;
-static uint64_t vmap_trim_epoch;
+uint64_t vmap_trim_epoch;
 static struct vmap_tcache *cache_free_list;
 static struct vmap_tcache *cache_all; /* every cache made: they are never unmapped */
-/* A coarse clock for the idle passes (vmap_cache_idle_pass): set by them
- * and by the allocator's every 128th call (purge_policy.c's tick); an operation
- * notes it, so that a cache's idle time is known without a clock read per
- * operation. */
 uint64_t vmap_cache_clock_ns;
-/* A purger thread may drain other threads' caches: every operation on a
- * cache then holds its lock (one exchange; 0 costs a predicted branch). */
-static bool cache_shared;
+bool vmap_cache_shared;
 static struct vmap_lock cache_list_lock = VMAP_LOCK_INIT;
 
-enum { TC_NONE = 0, TC_ACTIVE = 1, TC_DEAD = 2 };
-static __thread struct vmap_tcache *vmap_tc;
-static __thread uint8_t vmap_tc_state;
+__thread struct vmap_tcache *vmap_tc;
+__thread uint8_t vmap_tc_state;
 
 void vmap_cache_init(unsigned ncpu)
 {
@@ -103,19 +76,19 @@ void vmap_cache_init(unsigned ncpu)
 	cache_on = vmap_opt.cache && vmap_opt.cache_bytes > 0;
 	if (!cache_on)
 		return;
-	cache_shared = vmap_opt.background;
+	vmap_cache_shared = vmap_opt.background;
 	unsigned scale = ncpu >= 32 ? 2 : 1;
 	uint32_t off = 0;
 	for (unsigned n = 2; n <= CACHE_MAX_PAGES; n++) {
 		uint64_t usable = (uint64_t)(n - 1) << VMAP_PAGE_SHIFT;
 		unsigned cap = usable <= (64u << 10) ? 16 : usable <= (256u << 10) ? 8 : 4;
-		cache_cap[n] = (uint16_t)(cap * scale);
-		cache_off[n] = off;
-		off += cache_cap[n];
+		vmap_cache_cap[n] = (uint16_t)(cap * scale);
+		vmap_cache_off[n] = off;
+		off += vmap_cache_cap[n];
 	}
 	cache_bytes_each = (sizeof(struct vmap_tcache) + off * sizeof(uintptr_t) + VMAP_PAGE - 1) &
 			   ~(VMAP_PAGE - 1);
-	cache_byte_cap = vmap_opt.cache_bytes;
+	vmap_cache_byte_cap = vmap_opt.cache_bytes;
 }
 
 static struct vmap_tcache *cache_create(void)
@@ -148,12 +121,12 @@ static struct vmap_tcache *cache_create(void)
 /* The thread's cache, created on first use; NULL when caching is off. */
 static inline struct vmap_tcache *cache_get(void)
 {
-	if (__builtin_expect(vmap_tc_state == TC_ACTIVE, 1))
+	if (__builtin_expect(vmap_tc_state == VMAP_TC_ACTIVE, 1))
 		return vmap_tc;
-	if (vmap_tc_state == TC_DEAD || !cache_on)
+	if (vmap_tc_state == VMAP_TC_DEAD || !cache_on)
 		return NULL;
 	vmap_tc = cache_create();
-	vmap_tc_state = vmap_tc ? TC_ACTIVE : TC_DEAD;
+	vmap_tc_state = vmap_tc ? VMAP_TC_ACTIVE : VMAP_TC_DEAD;
 	return vmap_tc;
 }
 
@@ -203,7 +176,7 @@ static void drain_all(struct vmap_tcache *tc, uint64_t now)
 	for (unsigned n = 2; n <= CACHE_MAX_PAGES; n++) {
 		if (!tc->count[n])
 			continue;
-		drain_entries(&tc->slot[cache_off[n]], tc->count[n], now);
+		drain_entries(&tc->slot[vmap_cache_off[n]], tc->count[n], now);
 		tc->count[n] = 0;
 	}
 	tc->bytes = 0;
@@ -219,7 +192,7 @@ static inline void check_epoch(struct vmap_tcache *tc)
 }
 
 /*
- * With a purger thread (cache_shared), the owner's operations and the
+ * With a purger thread (vmap_cache_shared), the owner's operations and the
  * purger's reaping of an idle cache exclude each other with the cache's
  * lock: a spin lock, since the purger holds it only to drain the cache and
  * only trylocks it (the owner never waits for more than one drain).  Taken
@@ -227,7 +200,7 @@ static inline void check_epoch(struct vmap_tcache *tc)
  */
 static inline void tc_enter(struct vmap_tcache *tc)
 {
-	if (__builtin_expect(cache_shared, 0))
+	if (__builtin_expect(vmap_cache_shared, 0))
 		while (__atomic_exchange_n(&tc->lock, 1, __ATOMIC_ACQUIRE))
 			vmap_os_yield();
 	tc->seen = __atomic_load_n(&vmap_cache_clock_ns, __ATOMIC_RELAXED);
@@ -235,7 +208,7 @@ static inline void tc_enter(struct vmap_tcache *tc)
 
 static inline void tc_leave(struct vmap_tcache *tc)
 {
-	if (__builtin_expect(cache_shared, 0))
+	if (__builtin_expect(vmap_cache_shared, 0))
 		__atomic_store_n(&tc->lock, 0, __ATOMIC_RELEASE);
 }
 
@@ -262,9 +235,7 @@ static inline __attribute__((always_inline)) uintptr_t pop_held(struct vmap_tcac
 		}
 		tc->hot_lent = n;
 		*pages = n;
-		tc->pops++;
-		tc->consumer = false;
-		tc->bytes -= n << VMAP_PAGE_SHIFT;
+		vmap_tc_served(tc, n);
 		return a;
 	}
 	if (!tc->count[n]) {
@@ -282,11 +253,7 @@ static inline __attribute__((always_inline)) uintptr_t pop_held(struct vmap_tcac
 			return 0;
 		*pages = n;
 	}
-	tc->pops++;
-	tc->consumer = false;
-	uintptr_t a = tc->slot[cache_off[n] + --tc->count[n]];
-	tc->bytes -= n << VMAP_PAGE_SHIFT;
-	return a;
+	return vmap_tc_take(tc, n);
 }
 
 uintptr_t vmap_cache_pop(uint64_t *pages)
@@ -312,8 +279,8 @@ static inline __attribute__((always_inline)) uintptr_t refill_held(struct vmap_t
 	if (!__atomic_load_n(&s->pool[pages].count, __ATOMIC_RELAXED)) /* a hint */
 		return 0;
 	/* Half the capacity from this shard's pool, one lock hold. */
-	uintptr_t *slot = &tc->slot[cache_off[pages]];
-	unsigned want = cache_cap[pages] / 2;
+	uintptr_t *slot = &tc->slot[vmap_cache_off[pages]];
+	unsigned want = vmap_cache_cap[pages] / 2;
 	vmap_shard_lock(s);
 	tc->count[pages] = (uint16_t)vmap_pool_pop_many_locked(s, (unsigned)pages, slot, want);
 	vmap_shard_unlock(s);
@@ -358,7 +325,7 @@ static inline __attribute__((always_inline)) uintptr_t grow_hot_held(struct vmap
 
 uintptr_t vmap_cache_grow_hot(uint64_t *pages)
 {
-	struct vmap_tcache *tc = vmap_tc_state == TC_ACTIVE ? vmap_tc : NULL;
+	struct vmap_tcache *tc = vmap_tc_state == VMAP_TC_ACTIVE ? vmap_tc : NULL;
 	if (!tc)
 		return 0;
 	tc_enter(tc);
@@ -373,20 +340,10 @@ static inline __attribute__((always_inline)) bool push_held(struct vmap_tcache *
 	check_epoch(tc);
 	uint64_t bytes = pages << VMAP_PAGE_SHIFT;
 	if (a == tc->hot && pages == tc->hot_lent) {
-		/* The hot area's block comes back: one area again. */
-		struct vmap_pte *e = vmap_pte_of(vmap_region_of(a), a);
-		if (tc->hot_pages > pages) {
-			__atomic_store_n(&e[pages].tag, 0, __ATOMIC_RELAXED);
-			__atomic_store_n(&e->tag,
-					 vmap_tag_make(VMAP_ST_CACHED, owner->id, tc->hot_pages,
-						       e->tag & VMAP_TAG_BIG),
-					 __ATOMIC_RELEASE);
-		}
-		tc->hot_lent = 0;
-		tc->bytes += bytes;
+		vmap_tc_hot_back(tc, vmap_pte_of(vmap_region_of(a), a), owner->id, pages);
 		return true;
 	}
-	if (tc->bytes + bytes > cache_byte_cap)
+	if (tc->bytes + bytes > vmap_cache_byte_cap)
 		return false;
 	bool displaced = false;
 	if (!tc->hot || tc->hot_lent || pages >= tc->hot_pages) {
@@ -411,8 +368,8 @@ static inline __attribute__((always_inline)) bool push_held(struct vmap_tcache *
 			return true;
 		}
 	}
-	uintptr_t *slot = &tc->slot[cache_off[pages]];
-	if (tc->count[pages] == cache_cap[pages]) {
+	uintptr_t *slot = &tc->slot[vmap_cache_off[pages]];
+	if (tc->count[pages] == vmap_cache_cap[pages]) {
 		/* Full: the older half goes back to the shards in one lock hold.
 		 * A thread that filled a slot without allocating anything since
 		 * the last time is a consumer (it frees what others allocate):
@@ -430,11 +387,11 @@ static inline __attribute__((always_inline)) bool push_held(struct vmap_tcache *
 			return false;
 		}
 		tc->pops = 0;
-		unsigned half = cache_cap[pages] / 2;
+		unsigned half = vmap_cache_cap[pages] / 2;
 		drain_entries(slot, half, vmap_os_now_ns());
-		for (unsigned i = half; i < cache_cap[pages]; i++)
+		for (unsigned i = half; i < vmap_cache_cap[pages]; i++)
 			slot[i - half] = slot[i];
-		tc->count[pages] = (uint16_t)(cache_cap[pages] - half);
+		tc->count[pages] = (uint16_t)(vmap_cache_cap[pages] - half);
 		tc->bytes -= half * bytes;
 	}
 	slot[tc->count[pages]++] = a;
@@ -457,7 +414,7 @@ bool vmap_cache_push(struct vmap_shard *owner, uintptr_t a, uint64_t pages)
 
 void vmap_cache_drain_self(uint64_t stamp)
 {
-	struct vmap_tcache *tc = vmap_tc_state == TC_ACTIVE ? vmap_tc : NULL;
+	struct vmap_tcache *tc = vmap_tc_state == VMAP_TC_ACTIVE ? vmap_tc : NULL;
 	if (!tc || !tc->bytes)
 		return;
 	tc_enter(tc);
@@ -468,7 +425,7 @@ void vmap_cache_drain_self(uint64_t stamp)
 void vmap_cache_thread_exit(void)
 {
 	struct vmap_tcache *tc = vmap_tc;
-	vmap_tc_state = TC_DEAD;
+	vmap_tc_state = VMAP_TC_DEAD;
 	vmap_tc = NULL;
 	if (!tc)
 		return;
@@ -484,7 +441,7 @@ void vmap_cache_thread_exit(void)
 void vmap_cache_trim(void)
 {
 	__atomic_add_fetch(&vmap_trim_epoch, 1, __ATOMIC_RELAXED);
-	if (vmap_tc_state == TC_ACTIVE) {
+	if (vmap_tc_state == VMAP_TC_ACTIVE) {
 		tc_enter(vmap_tc);
 		check_epoch(vmap_tc);
 		tc_leave(vmap_tc);
@@ -497,7 +454,7 @@ void vmap_cache_trim(void)
  * and a half old by the coarse clock (which may be half a delay behind at
  * that operation) is drained, its areas stamped as old so that the age purge
  * releases them at once: the memory of a thread that went quiet.  Another
- * thread's cache is reaped only where its lock protects it (cache_shared),
+ * thread's cache is reaped only where its lock protects it (vmap_cache_shared),
  * and only if the lock is free (held: its owner is using it).  The cache of
  * a thread that exited is empty (drained at exit); one left by a thread that
  * did not survive a fork is idle and gets reaped.
@@ -505,11 +462,11 @@ void vmap_cache_trim(void)
 void vmap_cache_idle_pass(uint64_t now, bool others)
 {
 	__atomic_store_n(&vmap_cache_clock_ns, now, __ATOMIC_RELAXED);
-	if (!cache_on || (others && !cache_shared))
+	if (!cache_on || (others && !vmap_cache_shared))
 		return;
 	uint64_t idle = vmap_opt.purge_delay_ms * 1500000ull;
 	if (!others) {
-		struct vmap_tcache *tc = vmap_tc_state == TC_ACTIVE ? vmap_tc : NULL;
+		struct vmap_tcache *tc = vmap_tc_state == VMAP_TC_ACTIVE ? vmap_tc : NULL;
 		if (tc && tc->bytes && now - tc->seen >= idle) {
 			tc_enter(tc);
 			drain_all(tc, 0);
@@ -529,5 +486,5 @@ void vmap_cache_idle_pass(uint64_t now, bool others)
 
 uint64_t vmap_cache_pages_held(void)
 {
-	return vmap_tc_state == TC_ACTIVE ? vmap_tc->bytes >> VMAP_PAGE_SHIFT : 0;
+	return vmap_tc_state == VMAP_TC_ACTIVE ? vmap_tc->bytes >> VMAP_PAGE_SHIFT : 0;
 }

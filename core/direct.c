@@ -29,6 +29,7 @@
 
 #include <string.h>
 
+#include "express.h"
 #include "fast.h"
 #include "profile.h"
 #include "pte.h"
@@ -62,6 +63,42 @@ __attribute__((noinline, cold)) static void direct_tick_mi(const void *p)
 		vmap_mimalloc_grow(false);
 }
 
+/* A large block from the thread's cache by the express path, else the
+ * general path.  Re-entered, parked or profiling: the general path, which
+ * knows what to do. */
+__attribute__((noinline)) static void *malloc_large(size_t size)
+{
+	if (!vmap_reentered_or_parked() && !vmap_profile_on) {
+		vmap_depth_enter();
+		void *p = vmap_express_alloc(size);
+		vmap_depth_leave();
+		if (p) {
+			count(VMAP_STAT_malloc_calls);
+			return p;
+		}
+	}
+	return vmap_malloc_general(size);
+}
+
+/* An arena pointer outside the slabs, freed by the express path when it is
+ * a block the thread's cache takes; else (and every other pointer) the
+ * general path. */
+__attribute__((noinline)) static void free_arena(void *p)
+{
+	struct vmap_region *r = vmap_region_of((uintptr_t)p);
+	if (r && !vmap_slab_of(r, (uintptr_t)p) && !vmap_reentered_or_parked() && !vmap_profile_on &&
+	    __atomic_load_n(&vmap_escape_live, __ATOMIC_RELAXED) == 0) {
+		vmap_depth_enter();
+		bool done = vmap_express_free(p, r);
+		vmap_depth_leave();
+		if (done) {
+			count(VMAP_STAT_free_calls);
+			return;
+		}
+	}
+	vmap_free_general(p);
+}
+
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 {
 	if (size - 1 < __atomic_load_n(&vmap_direct_limit, __ATOMIC_ACQUIRE)) {
@@ -81,6 +118,8 @@ __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
 			}
 		}
 	}
+	if (size > __atomic_load_n(&vmap_large_above, __ATOMIC_RELAXED) && size <= VMAP_EXPRESS_MAX)
+		return malloc_large(size);
 	return vmap_malloc_general(size);
 }
 
@@ -124,7 +163,7 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 	if (to == VMAP_DIRECT_GLIBC && !vmap_region_of((uintptr_t)p) &&
 	    __atomic_load_n(&vmap_escape_live, __ATOMIC_RELAXED) == 0)
 		return direct_free(VMAP_DIRECT_GLIBC_FREE, vmap_libc.free, p);
-	vmap_free_general(p);
+	free_arena(p);
 }
 
 /* The fast paths (fast.h) and their rare exits, out of line so that the fast

@@ -177,22 +177,6 @@ __attribute__((noinline, cold)) void *vmap_alloc_carve(struct vmap_shard *s, uns
 	return NULL;
 }
 
-/* After large_bytes_in_use grew: in atomic mode the peak is noted here, from
- * the base and this thread's unfolded delta.  Per-CPU mode notes it at folds,
- * which a block of tens of MiB that lives between two folds escapes: then the
- * purge's limit, which may grow to twice the peak, stayed at its start and
- * every free of such a block purged it (a purge and a refault per growth
- * cycle of a growing realloc).  Blocks of 8 MiB and more (rare, and costing
- * thousands of page touches each) read the counter exactly. */
-static inline void note_peak(uint64_t pages)
-{
-	if (!vmap_counter_slots)
-		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
-				    vmap_local.n[VMAP_STAT_large_bytes_in_use]);
-	else if (pages >= (8u << 20) >> VMAP_PAGE_SHIFT)
-		vmap_stat_note_peak(vmap_stat_read(VMAP_STAT_large_bytes_in_use));
-}
-
 static inline __attribute__((always_inline)) void *range_alloc(size_t size, size_t align,
 								   bool *zero,
 								   enum vmap_carve_use use)
@@ -259,7 +243,7 @@ static inline __attribute__((always_inline)) void *range_alloc(size_t size, size
 	vmap_stat_add_quiet(VMAP_STAT_large_bytes_allocated, usable);
 	vmap_stat_add_quiet(VMAP_STAT_large_bytes_in_use, usable);
 	vmap_stat_local_event();
-	note_peak(pages);
+	vmap_note_peak(pages);
 #ifdef VMAP_DEBUG
 	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
 		vmap_range_check();
@@ -312,36 +296,7 @@ struct vmap_pte *vmap_live_pte(const void *p, const char *who, uint64_t *tag,
 	return ref.pte;
 }
 
-static __thread uint32_t vmap_cached_frees;
-
-/*
- * A freed area with a resident free run of its shard and kind just before or
- * after it (tags read without the lock: a hint).  Such an area goes to the
- * free runs at once, past the thread cache and the exact-size pools: merged,
- * it serves any size, where kept whole it waits for its own size while the
- * run beside it stays too small for the larger requests, which then take
- * fresh memory.  Repeated sizes are unaffected: their neighbours are live
- * or pooled areas, not free runs.
- */
-static bool beside_resident_run(struct vmap_region *r, struct vmap_pte *e, uintptr_t a,
-				uint64_t pages, uint64_t t)
-{
-	unsigned shard = vmap_tag_shard(t);
-	bool big = t & VMAP_TAG_BIG;
-	if (a > r->base) {
-		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
-		unsigned st = vmap_tag_state(lt);
-		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
-		    vmap_run_mergeable(lt, shard, big, VMAP_RUN_DIRTY))
-			return true;
-	}
-	if (a + (pages << VMAP_PAGE_SHIFT) < r->base + r->size) {
-		uint64_t rt = __atomic_load_n(&e[pages].tag, __ATOMIC_RELAXED);
-		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_run_mergeable(rt, shard, big, VMAP_RUN_DIRTY))
-			return true;
-	}
-	return false;
-}
+__thread uint32_t vmap_cached_frees;
 
 /* A block the program mapped over (VMAP_TAG_OVER): its pages hold the
  * program's mappings, which no purge, reuse or fresh mapping may touch.  The
@@ -380,7 +335,7 @@ static inline __attribute__((always_inline)) void range_free(void *p, const char
 	struct vmap_shard *owner = &vmap_shards[vmap_tag_shard(t)];
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT);
 	bool to_runs = pages > vmap_pool_exact || outgrown ||
-		       (!vmap_guard_on && beside_resident_run(r, e, (uintptr_t)p, pages, t));
+		       (!vmap_guard_on && vmap_beside_resident_run(r, e, (uintptr_t)p, pages, t));
 	if (__builtin_expect(!(t & VMAP_TAG_ATTR), 1) && !to_runs &&
 	    vmap_cache_push(owner, (uintptr_t)p, pages)) {
 		/* In this thread's cache: outside the purge's reach and budget; no
@@ -525,7 +480,7 @@ bool vmap_range_resize(void *p, size_t size)
 			done = true;
 			int64_t grown = (int64_t)(extra << VMAP_PAGE_SHIFT);
 			vmap_stat_add_local(VMAP_STAT_large_bytes_in_use, grown);
-			note_peak(want); /* (the purge's limit grows up to twice the peak) */
+			vmap_note_peak(want); /* (the purge's limit grows up to twice the peak) */
 			vmap_stat_add_local(VMAP_STAT_large_bytes_allocated, grown);
 		}
 	}

@@ -103,6 +103,55 @@ static inline unsigned log2_floor(uint64_t x)
 	return 63u - (unsigned)__builtin_clzll(x);
 }
 
+/* After large_bytes_in_use grew: in atomic mode the peak is noted here, from
+ * the base and this thread's unfolded delta.  Per-CPU mode notes it at folds,
+ * which a block of tens of MiB that lives between two folds escapes: then the
+ * purge's limit, which may grow to twice the peak, stayed at its start and
+ * every free of such a block purged it (a purge and a refault per growth
+ * cycle of a growing realloc).  Blocks of 8 MiB and more (rare, and costing
+ * thousands of page touches each) read the counter exactly. */
+static inline void vmap_note_peak(uint64_t pages)
+{
+	if (!vmap_counter_slots)
+		vmap_stat_note_peak(vmap_stat_read_approx(VMAP_STAT_large_bytes_in_use) +
+				    vmap_local.n[VMAP_STAT_large_bytes_in_use]);
+	else if (pages >= (8u << 20) >> VMAP_PAGE_SHIFT)
+		vmap_stat_note_peak(vmap_stat_read(VMAP_STAT_large_bytes_in_use));
+}
+
+/* Frees kept in a thread's cache (large.c, express.c): the age purge is looked
+ * at on every 64th. */
+extern __thread uint32_t vmap_cached_frees VMAP_HIDDEN;
+
+/*
+ * A freed area with a resident free run of its shard and kind just before or
+ * after it (tags read without the lock: a hint).  Such an area goes to the
+ * free runs at once, past the thread cache and the exact-size pools: merged,
+ * it serves any size, where kept whole it waits for its own size while the
+ * run beside it stays too small for the larger requests, which then take
+ * fresh memory.  Repeated sizes are unaffected: their neighbours are live
+ * or pooled areas, not free runs.
+ */
+static inline bool vmap_beside_resident_run(struct vmap_region *r, struct vmap_pte *e, uintptr_t a,
+				uint64_t pages, uint64_t t)
+{
+	unsigned shard = vmap_tag_shard(t);
+	bool big = t & VMAP_TAG_BIG;
+	if (a > r->base) {
+		uint64_t lt = __atomic_load_n(&e[-1].tag, __ATOMIC_RELAXED);
+		unsigned st = vmap_tag_state(lt);
+		if ((st == VMAP_ST_FREE_TAIL || (st == VMAP_ST_FREE && vmap_tag_pages(lt) == 1)) &&
+		    vmap_run_mergeable(lt, shard, big, VMAP_RUN_DIRTY))
+			return true;
+	}
+	if (a + (pages << VMAP_PAGE_SHIFT) < r->base + r->size) {
+		uint64_t rt = __atomic_load_n(&e[pages].tag, __ATOMIC_RELAXED);
+		if (vmap_tag_state(rt) == VMAP_ST_FREE && vmap_run_mergeable(rt, shard, big, VMAP_RUN_DIRTY))
+			return true;
+	}
+	return false;
+}
+
 static inline void publish_live(struct vmap_pte *e, unsigned shard, uint64_t pages, bool big)
 {
 	__atomic_store_n(&e->tag, vmap_tag_make(VMAP_ST_LIVE, shard, pages, big ? VMAP_TAG_BIG : 0),

@@ -686,3 +686,108 @@ Test(alloc, a_pointer_on_the_stack_goes_to_glibcs_free, .init = setup, .signal =
 	_Alignas(16) size_t local[8] = {0};
 	vmap_free(opaque(&local[2]));
 }
+
+/* ---- the express path (core/express.c) ------------------------------------ */
+
+#include "express.h"
+#include "pte.h"
+
+/* A 128 KiB block, allocated and freed once through the facade: the thread's
+ * cache then holds it as its hot area (the first free takes the general
+ * path, which makes the area hot). */
+static void *warm_block(void)
+{
+	void *p = vmap_malloc(128 * KiB);
+	cr_assert(p && vmap_range_owns(p));
+	vmap_free(p);
+	return p;
+}
+
+Test(alloc, express_lends_and_takes_back_the_hot_area, .init = setup)
+{
+	void *p = warm_block();
+	int64_t cached = ctr(VMAP_STAT_thread_cached_bytes), hits = ctr(VMAP_STAT_pool_hits);
+	int64_t allocs = ctr(VMAP_STAT_large_allocs), frees = ctr(VMAP_STAT_large_frees);
+	cr_assert_eq(cached, 33 * 4096, "the area and its guard page cached");
+	void *q = vmap_express_alloc(128 * KiB);
+	cr_assert_eq(q, p, "the hot area, lent");
+	cr_assert_eq(vmap_tag_state(tag_of(q)), VMAP_ST_LIVE);
+	cr_assert_eq(vmap_usable_size(q), 128 * KiB);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), (int64_t)(128 * KiB));
+	cr_assert_eq(ctr(VMAP_STAT_thread_cached_bytes), 0);
+	cr_assert_eq(ctr(VMAP_STAT_pool_hits), hits + 1);
+	cr_assert_eq(ctr(VMAP_STAT_large_allocs), allocs + 1);
+	cr_assert_null(vmap_express_alloc(128 * KiB), "nothing more cached of that size");
+	memset(q, 7, 128 * KiB);
+	cr_assert(vmap_express_free(q, vmap_region_of((uintptr_t)q)));
+	cr_assert_eq(vmap_tag_state(tag_of(q)), VMAP_ST_CACHED);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_thread_cached_bytes), cached);
+	cr_assert_eq(ctr(VMAP_STAT_large_frees), frees + 1);
+	/* Through the facade, the same block round and round. */
+	for (int i = 0; i < 1000; i++) {
+		void *r = vmap_malloc(128 * KiB);
+		cr_assert_eq(r, p);
+		vmap_free(r);
+	}
+	cr_assert_eq(ctr(VMAP_STAT_large_allocs), allocs + 1001);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_thread_cached_bytes), cached);
+}
+
+/* Blocks that do not take the hot slot go to the LIFO of their size, and
+ * come back newest first. */
+Test(alloc, express_keeps_smaller_areas_in_their_lifo, .init = setup)
+{
+	void *big = vmap_malloc(256 * KiB), *a = vmap_malloc(128 * KiB), *b = vmap_malloc(128 * KiB);
+	void *keep = vmap_malloc(128 * KiB); /* (b's right neighbour stays live) */
+	cr_assert(big && a && b && keep);
+	vmap_free(big); /* the hot area (general path) */
+	int64_t cached = ctr(VMAP_STAT_thread_cached_bytes);
+	cr_assert(vmap_express_free(a, vmap_region_of((uintptr_t)a)));
+	cr_assert(vmap_express_free(b, vmap_region_of((uintptr_t)b)));
+	cr_assert_eq(ctr(VMAP_STAT_thread_cached_bytes), cached + 2 * 33 * 4096);
+	cr_assert_eq(vmap_express_alloc(128 * KiB), b, "newest first");
+	cr_assert_eq(vmap_express_alloc(128 * KiB), a);
+	cr_assert_null(vmap_express_alloc(128 * KiB), "the hot area is larger: the general path splits it");
+	void *c = vmap_malloc(128 * KiB);
+	cr_assert_eq(c, big, "split from the hot area");
+	vmap_free(c);
+	vmap_free(b);
+	vmap_free(a);
+	vmap_free(keep);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_large_bytes_in_use), 0);
+}
+
+/* What the express path must leave alone, it leaves as it was: the general
+ * path then serves it, or stops the program. */
+Test(alloc, express_refuses_what_is_not_a_live_block_start, .init = setup)
+{
+	char *p = warm_block();
+	struct vmap_region *r = vmap_region_of((uintptr_t)p);
+	int64_t cached = ctr(VMAP_STAT_thread_cached_bytes);
+	cr_assert_not(vmap_express_free(p, r), "already cached: a double free");
+	p = vmap_malloc(128 * KiB);
+	cr_assert_not(vmap_express_free(p + 4096, r), "an interior page");
+	cr_assert_not(vmap_express_free(p + 16, r), "inside the first page");
+	cr_assert_eq(vmap_tag_state(tag_of(p)), VMAP_ST_LIVE, "untouched");
+	cr_assert_eq(ctr(VMAP_STAT_thread_cached_bytes), 0);
+	cr_assert_null(vmap_express_alloc(256 * KiB), "a size the cache does not hold");
+	vmap_free(p);
+	cr_assert_eq(ctr(VMAP_STAT_thread_cached_bytes), cached);
+	/* A trim the cache has not seen yet: the general path drains it first. */
+	cr_assert_eq(vmap_trim(0), 1);
+	cr_assert_eq(ctr(VMAP_STAT_thread_cached_bytes), 0);
+	cr_assert_null(vmap_express_alloc(128 * KiB));
+}
+
+Test(alloc, express_double_free_aborts, .init = setup, .signal = SIGABRT)
+{
+	void *p = warm_block();
+	p = vmap_malloc(128 * KiB); /* lent by the express path */
+	vmap_free(p);               /* taken back by it */
+	vmap_free(p);
+}
