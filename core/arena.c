@@ -33,6 +33,8 @@
  */
 #include "range_impl.h"
 
+#include <string.h>
+
 struct vmap_slab_index vmap_slab0 VMAP_HOT;
 /* VMAs moved areas may have added: an upper bound, counted again from
  * /proc/self/maps when it nears the budget (move.c). */
@@ -82,7 +84,8 @@ int vmap_region_add(size_t want, size_t at_least)
 		size /= 2;
 	}
 	size_t pages = size >> VMAP_PAGE_SHIFT;
-	size_t pt_bytes = (pages * sizeof(struct vmap_pte) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
+	size_t pt_bytes = ((pages * sizeof(struct vmap_pte) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1)) +
+			  VMAP_PAGE; /* (VMAP_PT_SHIFT) */
 	size_t nchunks = size >> VMAP_CHUNK_SHIFT;
 	size_t owner_bytes = (nchunks * sizeof(uint16_t) + VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	/* Page table read-only but for the chunk owners: a claimed chunk's
@@ -101,7 +104,7 @@ int vmap_region_add(size_t want, size_t at_least)
 	struct vmap_region *r = &vmap_regions[vmap_nregions];
 	r->base = (uintptr_t)base;
 	r->size = size;
-	r->pt = pt;
+	r->pt = (struct vmap_pte *)((char *)pt + VMAP_PT_SHIFT);
 	r->chunk_owner = (uint16_t *)((char *)pt + pt_bytes);
 	r->nchunks = nchunks;
 	r->whole = size;
@@ -222,7 +225,10 @@ static int commit_chunks(struct vmap_region *r, size_t first, size_t n)
 {
 	const int rw = PROT_READ | PROT_WRITE;
 	size_t each = VMAP_CHUNK_PAGES * sizeof(struct vmap_pte);
-	int rc = vmap_os_mprotect((char *)r->pt + first * each, n * each, rw);
+	/* The pages the chunks' entries lie on: the last one is the next
+	 * chunk's first too (VMAP_PT_SHIFT), writable early. */
+	int rc = vmap_os_mprotect((char *)vmap_region_tables(r) + first * each, n * each + VMAP_PAGE,
+				  rw);
 	if (!rc && r->slabs)
 		rc = vmap_os_mprotect((char *)r->slabs + first * r->slabs_each, n * r->slabs_each, rw);
 	if (!rc)
@@ -463,7 +469,13 @@ bool vmap_chunks_give_back_locked(struct vmap_shard *s, uintptr_t run)
 	 * chunk. */
 	size_t first = (cs - r->base) >> VMAP_CHUNK_SHIFT, n = (ce - cs) >> VMAP_CHUNK_SHIFT;
 	size_t each = VMAP_CHUNK_PAGES * sizeof(struct vmap_pte);
-	vmap_os_madvise((char *)r->pt + first * each, n * each, MADV_DONTNEED);
+	/* The pages the slices have to themselves go; on the two they share
+	 * with the neighbouring chunks' slices (VMAP_PT_SHIFT), their entries
+	 * are cleared, as the dropped pages read. */
+	char *slice = (char *)vmap_region_tables(r) + first * each;
+	memset(slice + VMAP_PT_SHIFT, 0, VMAP_PAGE - VMAP_PT_SHIFT);
+	memset(slice + n * each, 0, VMAP_PT_SHIFT);
+	vmap_os_madvise(slice + VMAP_PAGE, n * each - VMAP_PAGE, MADV_DONTNEED);
 	struct vmap_slab *slabs = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
 	if (slabs)
 		vmap_os_madvise((char *)slabs + first * r->slabs_each, n * r->slabs_each,
@@ -492,8 +504,8 @@ unsigned vmap_own_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max, bool tables
 		hi[n++] = r->base + r->size;
 		if (!tables)
 			continue;
-		lo[n] = (uintptr_t)r->pt;
-		hi[n++] = (uintptr_t)r->pt + r->pt_bytes + r->owner_bytes;
+		lo[n] = vmap_region_tables(r);
+		hi[n++] = vmap_region_tables(r) + r->pt_bytes + r->owner_bytes;
 		struct vmap_slab *sl = __atomic_load_n(&r->slabs, __ATOMIC_ACQUIRE);
 		if (sl) {
 			lo[n] = (uintptr_t)sl;

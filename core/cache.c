@@ -53,6 +53,12 @@
 #include "counter.h"
 #include "options.h"
 
+/* Where in its mapping a cache starts: not at a page's first line, the L1
+ * set of every page-aligned block's (pte.h VMAP_PT_SHIFT says what that cost
+ * the table), nor at the heaps' offset (slab_heap.c); its first lines are
+ * read and written on every large malloc and free. */
+#define TC_OFFSET 0x940
+
 uint16_t vmap_cache_cap[CACHE_MAX_PAGES + 1];
 uint32_t vmap_cache_off[CACHE_MAX_PAGES + 1];
 static size_t cache_bytes_each;
@@ -86,8 +92,8 @@ void vmap_cache_init(unsigned ncpu)
 		vmap_cache_off[n] = off;
 		off += vmap_cache_cap[n];
 	}
-	cache_bytes_each = (sizeof(struct vmap_tcache) + off * sizeof(uintptr_t) + VMAP_PAGE - 1) &
-			   ~(VMAP_PAGE - 1);
+	cache_bytes_each = (TC_OFFSET + sizeof(struct vmap_tcache) + off * sizeof(uintptr_t) +
+			    VMAP_PAGE - 1) & ~(VMAP_PAGE - 1);
 	vmap_cache_byte_cap = vmap_opt.cache_bytes;
 }
 
@@ -101,10 +107,11 @@ static struct vmap_tcache *cache_create(void)
 	}
 	vmap_unlock(&cache_list_lock, VMAP_RANK_CACHE_LIST);
 	if (!tc) {
-		tc = vmap_os_mmap(NULL, cache_bytes_each, PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (vmap_os_is_err(tc))
+		char *m = vmap_os_mmap(NULL, cache_bytes_each, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (vmap_os_is_err(m))
 			return NULL;
+		tc = (struct vmap_tcache *)(m + TC_OFFSET);
 		vmap_stat_add_cpu(0, VMAP_STAT_mapped_bytes, (int64_t)cache_bytes_each);
 		vmap_lock(&cache_list_lock, VMAP_RANK_CACHE_LIST);
 		tc->next_all = cache_all;

@@ -564,7 +564,7 @@ void vmap_range_flush_cached(void)
 bool vmap_range_is_metadata(uintptr_t a, uintptr_t e)
 {
 	for (unsigned i = 0; i < vmap_nregions; i++) {
-		uintptr_t m = (uintptr_t)vmap_regions[i].pt;
+		uintptr_t m = vmap_region_tables(&vmap_regions[i]);
 		uintptr_t me = m + vmap_regions[i].pt_bytes + vmap_regions[i].owner_bytes;
 		if (a < me && e > m)
 			return true;

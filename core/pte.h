@@ -165,15 +165,30 @@ static inline uint64_t vmap_tag_make(unsigned state, unsigned shard, uint64_t pa
 	return ((uint64_t)state << 60) | flags | ((uint64_t)shard << VMAP_TAG_SHARD_SHIFT) | pages;
 }
 
+/*
+ * The page table starts this far into its mapping, not at a page boundary.
+ * A chunk's first block (the first carve of every chunk, and every block
+ * of a fixed size allocated and freed in a loop) had its entry at a page's
+ * first line, the L1 set where all page-aligned blocks keep their first
+ * line (a block written a word a page has up to a line a page there):
+ * malloc's tag store and free's compare-and-swap missed L1 on every call
+ * (bench/large fix_size_17, 68 KiB blocks with a word written a page: 185-220
+ * ns a malloc/free pair; with this and the thread cache's fields off that set
+ * too (cache.c), 140-155, tcmalloc 130-190).
+ * A chunk's slice of the table then shares its first and last pages with
+ * its neighbours' (arena.c commit_chunks and the give-back handle it).
+ */
+#define VMAP_PT_SHIFT 128
+
 struct vmap_slab;
 struct vmap_region {
 	uintptr_t base;
 	size_t size;
 	size_t whole;            /* size, but 0 while a chunk of it is lent (vmap_region_of) */
-	struct vmap_pte *pt;     /* size / PAGE entries */
+	struct vmap_pte *pt;     /* size / PAGE entries, VMAP_PT_SHIFT into their mapping */
 	uint16_t *chunk_owner;   /* (shard + 1) | big << 15; shard bits 0: free (see below) */
 	size_t nchunks;
-	size_t pt_bytes, owner_bytes;
+	size_t pt_bytes, owner_bytes; /* pt_bytes: the mapped bytes of the table (a page more) */
 	struct vmap_slab *slabs; /* slab descriptors, one per 64 KiB (slab.c); NULL until the first slab */
 	size_t slabs_each;       /* bytes of slabs per chunk (global lock) */
 };
@@ -233,6 +248,13 @@ static inline struct vmap_region *vmap_region_of(uintptr_t a)
 		    VMAP_CHUNK_LENT)
 		return r;
 	return NULL;
+}
+
+/* Where r's tables are mapped: the page table, then the chunk owners;
+ * pt_bytes + owner_bytes long. */
+static inline uintptr_t vmap_region_tables(const struct vmap_region *r)
+{
+	return (uintptr_t)r->pt - VMAP_PT_SHIFT;
 }
 
 /* The entry of page a of region r, unchecked: for addresses the allocator

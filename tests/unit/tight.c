@@ -384,7 +384,7 @@ static void race_madvise(void *addr, size_t len, int advice)
 	size_t each = VMAP_CHUNK_PAGES * sizeof(struct vmap_pte);
 	size_t c = (race.chunk - r->base) >> VMAP_CHUNK_SHIFT;
 	(void)len;
-	if (advice != MADV_DONTNEED || addr != (char *)r->pt + c * each ||
+	if (advice != MADV_DONTNEED || addr != (char *)vmap_region_tables(r) + c * each + VMAP_PAGE ||
 	    __atomic_load_n(&race.step, __ATOMIC_ACQUIRE) != 0)
 		return;
 	__atomic_store_n(&race.step, 1, __ATOMIC_RELEASE);
