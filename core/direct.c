@@ -80,13 +80,13 @@ __attribute__((noinline)) static void *malloc_large(size_t size)
 	return vmap_malloc_general(size);
 }
 
-/* An arena pointer outside the slabs, freed by the express path when it is
- * a block the thread's cache takes; else (and every other pointer) the
- * general path. */
-__attribute__((noinline)) static void free_arena(void *p)
+/* p, a pointer of region r outside its slabs: freed by the express path
+ * when it is a block the thread's cache takes; else the general path (which
+ * also knows the rest: an escape block, a lent chunk's pointer, a handler's
+ * free, the profile). */
+static inline void free_arena(void *p, struct vmap_region *r)
 {
-	struct vmap_region *r = vmap_region_of((uintptr_t)p);
-	if (r && !vmap_slab_of(r, (uintptr_t)p) && !vmap_reentered_or_parked() && !vmap_profile_on &&
+	if (!vmap_reentered_or_parked() && !vmap_profile_on &&
 	    __atomic_load_n(&vmap_escape_live, __ATOMIC_RELAXED) == 0) {
 		vmap_depth_enter();
 		bool done = vmap_express_free(p, r);
@@ -97,6 +97,22 @@ __attribute__((noinline)) static void free_arena(void *p)
 		}
 	}
 	vmap_free_general(p);
+}
+
+/* From free's fast path: p lies in the first region, in no slab. */
+__attribute__((noinline)) void vmap_free_large(void *p)
+{
+	free_arena(p, &vmap_regions[0]);
+}
+
+/* Any other pointer the fast path does not take. */
+__attribute__((noinline)) static void free_other(void *p)
+{
+	struct vmap_region *r = vmap_region_of((uintptr_t)p);
+	if (r && !vmap_slab_of(r, (uintptr_t)p))
+		free_arena(p, r);
+	else
+		vmap_free_general(p);
 }
 
 __attribute__((noinline)) void *vmap_malloc_slow(size_t size)
@@ -163,7 +179,7 @@ __attribute__((noinline)) void vmap_free_slow(void *p)
 	if (to == VMAP_DIRECT_GLIBC && !vmap_region_of((uintptr_t)p) &&
 	    __atomic_load_n(&vmap_escape_live, __ATOMIC_RELAXED) == 0)
 		return direct_free(VMAP_DIRECT_GLIBC_FREE, vmap_libc.free, p);
-	free_arena(p);
+	free_other(p);
 }
 
 /* The fast paths (fast.h) and their rare exits, out of line so that the fast

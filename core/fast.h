@@ -19,6 +19,8 @@ extern size_t vmap_fast_limit VMAP_HIDDEN;
 /* The general paths, and the fast paths' rare exits (alloc.c). */
 void *vmap_malloc_slow(size_t size) VMAP_HIDDEN;
 void vmap_free_slow(void *p) VMAP_HIDDEN;
+/* free of a pointer of the first region outside its slabs (direct.c). */
+void vmap_free_large(void *p) VMAP_HIDDEN;
 void *vmap_malloc_refill(size_t size) VMAP_HIDDEN;
 void *vmap_malloc_fast_refill(struct vmap_heap *h, size_t size) VMAP_HIDDEN;
 void vmap_free_remote(void *p, struct vmap_slab *d) VMAP_HIDDEN;
@@ -204,8 +206,10 @@ __attribute__((always_inline)) static inline void vmap_fast_free(void *p)
 	struct vmap_slab *d = __atomic_load_n(&vmap_slab0.tab[off >> VMAP_SLAB_UNIT_SHIFT].head,
 					      __ATOMIC_RELAXED);
 	struct vmap_heap *h = vmap_tls.heap;
-	if (__builtin_expect(!d || vmap_reentered_or_parked(), 0))
-		return vmap_free_slow(p); /* a large block */
+	if (__builtin_expect(!d, 0))
+		return vmap_free_large(p); /* a large block (or a lent chunk's pointer) */
+	if (__builtin_expect(vmap_reentered_or_parked(), 0))
+		return vmap_free_slow(p);
 	/* (no heap: h NULL, which no slab's owner is) */
 	if (__builtin_expect(__atomic_load_n(&d->owner, __ATOMIC_RELAXED) != h, 0))
 		return vmap_free_remote(p, d); /* another thread's slab (or an exited one's) */

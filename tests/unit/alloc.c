@@ -690,6 +690,7 @@ Test(alloc, a_pointer_on_the_stack_goes_to_glibcs_free, .init = setup, .signal =
 /* ---- the express path (core/express.c) ------------------------------------ */
 
 #include "express.h"
+#include "slab.h"
 #include "pte.h"
 
 /* A 128 KiB block, allocated and freed once through the facade: the thread's
@@ -790,4 +791,26 @@ Test(alloc, express_double_free_aborts, .init = setup, .signal = SIGABRT)
 	p = vmap_malloc(128 * KiB); /* lent by the express path */
 	vmap_free(p);               /* taken back by it */
 	vmap_free(p);
+}
+
+/* With the slabs on, free's fast path sends a large block of the first
+ * region straight to the express path (fast.h, direct.c vmap_free_large). */
+Test(alloc, express_behind_the_slabs_fast_free)
+{
+	static const char *const env[] = {"VMAPALLOC_BACKEND=builtin", NULL};
+	env_setup(env);
+	void *s = vmap_malloc(64);
+	cr_assert(s && vmap_in_slab((uintptr_t)s), "the slabs are on");
+	void *p = warm_block();
+	int64_t frees = ctr(VMAP_STAT_large_frees), calls = ctr(VMAP_STAT_free_calls);
+	for (int i = 0; i < 100; i++) {
+		void *q = vmap_malloc(128 * KiB);
+		cr_assert_eq(q, p);
+		vmap_free(q);
+	}
+	cr_assert_eq(ctr(VMAP_STAT_large_frees), frees + 100);
+	cr_assert_eq(ctr(VMAP_STAT_free_calls), calls + 100);
+	cr_assert_eq(ctr(VMAP_STAT_large_blocks_in_use), 0);
+	cr_assert_eq(ctr(VMAP_STAT_thread_cached_bytes), 33 * 4096);
+	vmap_free(s);
 }
