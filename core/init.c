@@ -172,6 +172,15 @@ static void slab_switch_on(void)
 	static bool done;
 	if (__atomic_exchange_n(&done, true, __ATOMIC_ACQ_REL))
 		return;
+	/* glibc sets its allocator up on its first call, unlocked: it counts
+	 * on that call coming before any second thread, which with every small
+	 * request served by the slabs need not be so (threads racing first
+	 * calls to mallinfo2, malloc_trim, mallopt: a crash in int_mallinfo or
+	 * "a->attached_threads > 0", api-lazy_libc-builtin; under auto, a
+	 * switch at the process's first small request, before glibc served
+	 * any: api-lazy_libc-auto-first, rptest).  One call now, before the
+	 * slabs take the requests that would have made it. */
+	(void)vmap_libc.mallinfo2();
 	vmap_slab_init();
 	size_t limit = vmap_opt.small_max < VMAP_SLAB_MAX ? vmap_opt.small_max : VMAP_SLAB_MAX;
 	__atomic_store_n(&vmap_slab_limit, limit, __ATOMIC_RELEASE);
@@ -361,13 +370,6 @@ __attribute__((noinline, cold)) static void init_slow(void)
 	 * (vmap_backend_start), then mimalloc's; blocks by address. */
 	if (vmap_opt.backend == VMAP_BACKEND_BUILTIN) {
 		slab_switch_on(); /* its slabs come from the arena, set up with the first */
-		/* glibc sets its allocator up on its first call, unlocked: it counts
-		 * on that call coming before any second thread, which here, with
-		 * every small request served by the slabs, need not be so (threads
-		 * racing first calls to mallinfo2, malloc_trim, mallopt: a crash in
-		 * int_mallinfo or "a->attached_threads > 0", api-lazy_libc-builtin).
-		 * One call now, while init holds the others. */
-		(void)vmap_libc.mallinfo2();
 	}
 	else if (vmap_opt.backend == VMAP_BACKEND_AUTO)
 		vmap_auto_step = auto_step();
