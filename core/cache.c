@@ -67,6 +67,10 @@ static bool cache_on;
 uint64_t vmap_trim_epoch;
 static struct vmap_tcache *cache_free_list;
 static struct vmap_tcache *cache_all; /* every cache made: they are never unmapped */
+/* A coarse clock for the idle passes (vmap_cache_idle_pass): set by them
+ * and by the allocator's every 128th call (purge_policy.c's tick); an operation
+ * notes it, so that a cache's idle time is known without a clock read per
+ * operation. */
 uint64_t vmap_cache_clock_ns;
 bool vmap_cache_shared;
 static struct vmap_lock cache_list_lock = VMAP_LOCK_INIT;
