@@ -61,10 +61,7 @@ void *vmap_express_alloc(size_t size)
 	int64_t bytes = (int64_t)(pages << VMAP_PAGE_SHIFT), usable = bytes - (int64_t)VMAP_PAGE;
 	vmap_stat_add_quiet(VMAP_STAT_pool_hits, 1);
 	vmap_stat_add_quiet(VMAP_STAT_thread_cached_bytes, -bytes);
-	vmap_stat_add_quiet(VMAP_STAT_large_allocs, 1);
-	vmap_stat_add_quiet(VMAP_STAT_large_blocks_in_use, 1);
-	vmap_stat_add_quiet(VMAP_STAT_large_bytes_allocated, usable);
-	vmap_stat_add_quiet(VMAP_STAT_large_bytes_in_use, usable);
+	vmap_count_large_alloc_quiet(usable);
 #ifdef VMAP_DEBUG
 	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
 		vmap_range_check();
@@ -79,9 +76,7 @@ void *vmap_express_alloc(size_t size)
 static inline __attribute__((always_inline)) bool freed(uint64_t bytes)
 {
 	vmap_stat_add_quiet(VMAP_STAT_thread_cached_bytes, (int64_t)bytes);
-	vmap_stat_add_quiet(VMAP_STAT_large_frees, 1);
-	vmap_stat_add_quiet(VMAP_STAT_large_blocks_in_use, -1);
-	vmap_stat_add_quiet(VMAP_STAT_large_bytes_in_use, -(int64_t)(bytes - VMAP_PAGE));
+	vmap_count_large_free_quiet((int64_t)(bytes - VMAP_PAGE));
 #ifdef VMAP_DEBUG
 	if (!__atomic_load_n(&vmap_threads_seen, __ATOMIC_RELAXED)) /* the model walk: one thread only */
 		vmap_range_check();

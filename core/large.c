@@ -238,10 +238,7 @@ static inline __attribute__((always_inline)) void *range_alloc(size_t size, size
 			return NULL;
 	}
 	int64_t usable = (int64_t)((pages - 1) << VMAP_PAGE_SHIFT);
-	vmap_stat_add_quiet(VMAP_STAT_large_allocs, 1);
-	vmap_stat_add_quiet(VMAP_STAT_large_blocks_in_use, 1);
-	vmap_stat_add_quiet(VMAP_STAT_large_bytes_allocated, usable);
-	vmap_stat_add_quiet(VMAP_STAT_large_bytes_in_use, usable);
+	vmap_count_large_alloc_quiet(usable);
 	vmap_stat_local_event();
 	vmap_note_peak(pages);
 #ifdef VMAP_DEBUG

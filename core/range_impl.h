@@ -88,13 +88,29 @@ unsigned vmap_tight_setup(unsigned n);
 struct vmap_pte *vmap_live_pte(const void *p, const char *who, uint64_t *tag,
 				 struct vmap_region **region);
 
-/* The counters of a large block freed (its usable bytes: all but the guard),
- * with whatever the caller added quietly before: one event. */
-static inline void vmap_count_large_free(int64_t usable)
+/* The counters of a large block made (its usable bytes: all but the guard),
+ * added quietly: the caller counts the event. */
+static inline void vmap_count_large_alloc_quiet(int64_t usable)
+{
+	vmap_stat_add_quiet(VMAP_STAT_large_allocs, 1);
+	vmap_stat_add_quiet(VMAP_STAT_large_blocks_in_use, 1);
+	vmap_stat_add_quiet(VMAP_STAT_large_bytes_allocated, usable);
+	vmap_stat_add_quiet(VMAP_STAT_large_bytes_in_use, usable);
+}
+
+/* The same for a large block freed. */
+static inline void vmap_count_large_free_quiet(int64_t usable)
 {
 	vmap_stat_add_quiet(VMAP_STAT_large_frees, 1);
 	vmap_stat_add_quiet(VMAP_STAT_large_blocks_in_use, -1);
 	vmap_stat_add_quiet(VMAP_STAT_large_bytes_in_use, -usable);
+}
+
+/* A large block freed, with whatever the caller added quietly before: one
+ * event. */
+static inline void vmap_count_large_free(int64_t usable)
+{
+	vmap_count_large_free_quiet(usable);
 	vmap_stat_local_event();
 }
 
